@@ -1,0 +1,29 @@
+"""Built-in energies: one ``@wp.func`` per file, each with its data struct (if any).
+
+Use them as ``problem.add_term(elements, energy=mass_spring, data=MassSpringData(...))``. Each
+file's docstring gives the formula, the units of the parameters, the source paper and the
+invariants.
+
+- :func:`mass_spring` / :func:`mass_spring_f32` (edges): k/2 (|x_a - x_b| - r_e)^2.
+- :func:`symmetric_dirichlet` (faces, uv variables): A_f (|J|_F^2 + |J^-1|_F^2), +inf if flipped.
+- :func:`dirichlet` / :func:`weighted_dirichlet` (edges): w_e/2 |x_a - x_b|^2.
+- :func:`surface_area` (faces, 3D): 1/2 |(x_1 - x_0) x (x_2 - x_0)|.
+"""
+
+from .dirichlet import DirichletData, dirichlet, weighted_dirichlet
+from .mass_spring import MassSpringData, MassSpringDataF, mass_spring, mass_spring_f32
+from .surface_area import surface_area
+from .symmetric_dirichlet import SymmetricDirichletData, symmetric_dirichlet
+
+__all__ = [
+    "DirichletData",
+    "MassSpringData",
+    "MassSpringDataF",
+    "SymmetricDirichletData",
+    "dirichlet",
+    "mass_spring",
+    "mass_spring_f32",
+    "surface_area",
+    "symmetric_dirichlet",
+    "weighted_dirichlet",
+]

@@ -1,0 +1,31 @@
+"""Shared test setup: quiet Warp, a cache folder, CPU default, GPU marker handling."""
+
+import os
+import pathlib
+
+import pytest
+import warp as wp
+
+wp.config.log_level = wp.LOG_WARNING
+wp.init()
+
+ASSETS = pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes"
+
+
+def cuda_available() -> bool:
+    return wp.get_cuda_device_count() > 0
+
+
+def pytest_collection_modifyitems(config, items):
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (none found)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def device():
+    """The Warp device tests evaluate on: $WARP_MESHAD_TEST_DEVICE, default "cpu"."""
+    return os.environ.get("WARP_MESHAD_TEST_DEVICE", "cpu")

@@ -1,0 +1,711 @@
+"""Generated dual numbers: every operation against a closed form, in float32 and float64.
+
+Each kernel below evaluates many operations at one point and writes every result (a dual scalar, or the
+components of a dual vector / matrix, row-major) to one flat output array, in the order of a host-side case
+list. Each case is then checked on the host, one test per operation:
+
+* value, gradient and Hessian against a closed form written by hand (derivative tables for the unary
+  functions, partial derivatives for the binary ones, matrix identities for det and inverse);
+* in float64, the closed form itself against Richardson-extrapolated central differences of its value, and the
+  AD result against those differences, so a wrong closed form cannot hide a wrong operation;
+* the Hessian is symmetric.
+
+The gradient-only duals (``hessian=False``) run the same scalar kernel and must give the same values and
+gradients. ``project_psd`` is checked against a NumPy eigendecomposition.
+
+Kernels are built by factories that take the generated module ``D`` as a closure variable; the factory binds
+``add, sub, mul, div`` of ``D`` and each kernel names them once, so ``+ - * /`` on duals inside it resolve
+to that module's overload sets (Warp looks operator overloads up in the kernel's closure, then globals).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import numpy as np
+import pytest
+import warp as wp
+
+from warp_meshad.kernels import ad
+
+wp.config.log_level = wp.LOG_WARNING
+
+DTYPES = {"float32": wp.float32, "float64": wp.float64}
+NP_DTYPES = {"float32": np.float32, "float64": np.float64}
+# AD against a closed form; atol is relative to the largest entry of the checked block
+TOL = {"float32": (2e-4, 2e-5), "float64": (1e-10, 1e-12)}
+# float64 AD (and closed forms) against central differences
+FD_TOL = (1e-7, 1e-8)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# host-side references
+# ------------------------------------------------------------------------------------------------------------
+
+
+class Jet(NamedTuple):
+    """Value ``v`` (shape S), gradient ``g`` (S + (k,)) and Hessian ``h`` (S + (k, k)) of a reference."""
+
+    v: Any
+    g: Any
+    h: Any
+
+
+def const_jet(v, k):
+    v = np.asarray(v, dtype=np.float64)
+    return Jet(v, np.zeros(v.shape + (k,)), np.zeros(v.shape + (k, k)))
+
+
+def stack_jets(jets):
+    return Jet(*(np.stack([np.asarray(getattr(j, f)) for j in jets]) for f in ("v", "g", "h")))
+
+
+def fd_derivatives(f, z, h=1e-2):
+    """Gradient and Hessian of ``f`` at ``z`` by central differences, Richardson-extrapolated (error O(h^4))."""
+    z = np.asarray(z, dtype=np.float64)
+    k = z.size
+    f0 = np.asarray(f(z), dtype=np.float64)
+
+    def at(dz):
+        return np.asarray(f(z + dz), dtype=np.float64)
+
+    def central(step):
+        e = np.eye(k) * step
+        g = np.stack([(at(e[i]) - at(-e[i])) / (2 * step) for i in range(k)], axis=-1)
+        hess = np.zeros(f0.shape + (k, k))
+        for i in range(k):
+            hess[..., i, i] = (at(e[i]) - 2 * f0 + at(-e[i])) / step**2
+            for j in range(i + 1, k):
+                hij = (at(e[i] + e[j]) - at(e[i] - e[j]) - at(e[j] - e[i]) + at(-e[i] - e[j])) / (4 * step**2)
+                hess[..., i, j] = hess[..., j, i] = hij
+        return g, hess
+
+    g1, h1 = central(h)
+    g2, h2 = central(h / 2)
+    return (4 * g2 - g1) / 3, (4 * h2 - h1) / 3
+
+
+def _scaled_close(got, ref, rtol, atol, what):
+    ref = np.asarray(ref, dtype=np.float64)
+    got = np.asarray(got, dtype=np.float64)
+    scale = max(1.0, float(np.max(np.abs(ref)))) if ref.size else 1.0
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol * scale, err_msg=what)
+
+
+def check_dual(got: Jet, ref: Jet, dtype: str, name: str, hessian: bool = True):
+    """AD result against the reference: value, gradient, Hessian and Hessian symmetry."""
+    rtol, atol = TOL[dtype]
+    assert np.all(np.isfinite(got.v)) and np.all(np.isfinite(got.g)), f"{name}: non-finite result"
+    _scaled_close(got.v, ref.v, rtol, atol, f"{name}: value")
+    _scaled_close(got.g, ref.g, rtol, atol, f"{name}: gradient")
+    if hessian:
+        assert np.all(np.isfinite(got.h)), f"{name}: non-finite Hessian"
+        _scaled_close(got.h, ref.h, rtol, atol, f"{name}: Hessian")
+        # exact symmetry up to rounding (an fma may round the two triangles differently)
+        sym_tol = 8 * np.finfo(NP_DTYPES[dtype]).eps * max(1.0, float(np.max(np.abs(got.h))))
+        np.testing.assert_allclose(got.h, np.swapaxes(got.h, -1, -2), rtol=0, atol=sym_tol, err_msg=f"{name}: symmetry")
+
+
+def check_against_fd(got: Jet, value_fn, z, name: str, ref: Jet | None = None):
+    """float64 only: AD (and the closed form when given) against central differences of ``value_fn``."""
+    g_fd, h_fd = fd_derivatives(value_fn, z)
+    rtol, atol = FD_TOL
+    _scaled_close(got.g, g_fd, rtol, atol, f"{name}: AD gradient vs central differences")
+    _scaled_close(got.h, h_fd, rtol, atol, f"{name}: AD Hessian vs central differences")
+    if ref is not None:
+        _scaled_close(ref.g, g_fd, rtol, atol, f"{name}: closed-form gradient vs central differences")
+        _scaled_close(ref.h, h_fd, rtol, atol, f"{name}: closed-form Hessian vs central differences")
+
+
+def unpack(out: np.ndarray, start: int, size: int, scalar: bool, hessian: bool = True) -> Jet:
+    sl = slice(start, start + size)
+    h = out["h"][sl] if hessian else None
+    if scalar:
+        return Jet(out["v"][sl][0], out["g"][sl][0], None if h is None else h[0])
+    return Jet(out["v"][sl], out["g"][sl], h)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# storing helpers: write a dual (or the components of a dual vector / matrix) at a running index
+# ------------------------------------------------------------------------------------------------------------
+
+
+@wp.func
+def _put(out: wp.array(dtype=Any), i: int, a: Any):
+    out[i] = a
+    return i + 1
+
+
+@wp.func
+def _put2(out: wp.array(dtype=Any), i: int, a: Any):
+    out[i] = a.x
+    out[i + 1] = a.y
+    return i + 2
+
+
+@wp.func
+def _put3(out: wp.array(dtype=Any), i: int, a: Any):
+    out[i] = a.x
+    out[i + 1] = a.y
+    out[i + 2] = a.z
+    return i + 3
+
+
+@wp.func
+def _put4(out: wp.array(dtype=Any), i: int, a: Any):
+    out[i] = a.x
+    out[i + 1] = a.y
+    out[i + 2] = a.z
+    out[i + 3] = a.w
+    return i + 4
+
+
+@wp.func
+def _put22(out: wp.array(dtype=Any), i: int, a: Any):
+    out[i] = a.m00
+    out[i + 1] = a.m01
+    out[i + 2] = a.m10
+    out[i + 3] = a.m11
+    return i + 4
+
+
+@wp.func
+def _put33(out: wp.array(dtype=Any), i: int, a: Any):
+    out[i] = a.m00
+    out[i + 1] = a.m01
+    out[i + 2] = a.m02
+    out[i + 3] = a.m10
+    out[i + 4] = a.m11
+    out[i + 5] = a.m12
+    out[i + 6] = a.m20
+    out[i + 7] = a.m21
+    out[i + 8] = a.m22
+    return i + 9
+
+
+@wp.func
+def _flag(flags: wp.array(dtype=int), j: int, c: bool):
+    flags[j] = wp.where(c, 1, 0)
+    return j + 1
+
+
+# ============================================================================================================
+# scalar operations, k = 2: seeds x, y; polynomials a, b, c of them; s a runtime scalar of the dual's dtype
+# ============================================================================================================
+
+X0, Y0, S0 = 0.6, 0.3, 0.7
+
+
+def jet_a(z):
+    """a = x^2 + x y + 2 (2.54 at the test point)."""
+    x, y = z
+    return Jet(x * x + x * y + 2.0, np.array([2 * x + y, x]), np.array([[2.0, 1.0], [1.0, 0.0]]))
+
+
+def jet_b(z):
+    """b = x y - y^2 / 2 + 1 - x (0.535)."""
+    x, y = z
+    return Jet(x * y - 0.5 * y * y + 1.0 - x, np.array([y - 1.0, x - y]), np.array([[0.0, 1.0], [1.0, -1.0]]))
+
+
+def jet_c(z):
+    """c = x y / 2 + x / 4 - y^2 (0.15: inside the domain of asin / acos)."""
+    x, y = z
+    return Jet(0.5 * x * y + 0.25 * x - y * y, np.array([0.5 * y + 0.25, 0.5 * x - 2 * y]), np.array([[0.0, 0.5], [0.5, -2.0]]))
+
+
+def jet_x(z):
+    return Jet(z[0], np.array([1.0, 0.0]), np.zeros((2, 2)))
+
+
+def jet_y(z):
+    return Jet(z[1], np.array([0.0, 1.0]), np.zeros((2, 2)))
+
+
+# unary functions: (f, f', f'') written by hand
+UNARY = {
+    "sqrt": (np.sqrt, lambda t: 0.5 / np.sqrt(t), lambda t: -0.25 * t**-1.5),
+    "exp": (np.exp, np.exp, np.exp),
+    "log": (np.log, lambda t: 1 / t, lambda t: -1 / t**2),
+    "sin": (np.sin, np.cos, lambda t: -np.sin(t)),
+    "cos": (np.cos, lambda t: -np.sin(t), lambda t: -np.cos(t)),
+    "tan": (np.tan, lambda t: 1 / np.cos(t) ** 2, lambda t: 2 * np.tan(t) / np.cos(t) ** 2),
+    "asin": (np.arcsin, lambda t: 1 / np.sqrt(1 - t * t), lambda t: t / (1 - t * t) ** 1.5),
+    "acos": (np.arccos, lambda t: -1 / np.sqrt(1 - t * t), lambda t: -t / (1 - t * t) ** 1.5),
+    "atan": (np.arctan, lambda t: 1 / (1 + t * t), lambda t: -2 * t / (1 + t * t) ** 2),
+    "sinh": (np.sinh, np.cosh, np.sinh),
+    "cosh": (np.cosh, np.sinh, np.cosh),
+    "tanh": (np.tanh, lambda t: 1 / np.cosh(t) ** 2, lambda t: -2 * np.tanh(t) / np.cosh(t) ** 2),
+    "abs": (np.abs, np.sign, lambda t: 0.0 * t),
+    "sq": (lambda t: t * t, lambda t: 2 * t, lambda t: 2.0 + 0 * t),
+}
+
+# binary functions f(p, q): (f, f_p, f_q, f_pp, f_pq, f_qq) written by hand
+BINARY = {
+    "add": lambda p, q: (p + q, 1.0, 1.0, 0.0, 0.0, 0.0),
+    "sub": lambda p, q: (p - q, 1.0, -1.0, 0.0, 0.0, 0.0),
+    "mul": lambda p, q: (p * q, q, p, 0.0, 1.0, 0.0),
+    "div": lambda p, q: (p / q, 1 / q, -p / q**2, 0.0, -1 / q**2, 2 * p / q**3),
+    "pow": lambda p, q: (
+        p**q,
+        q * p ** (q - 1),
+        p**q * np.log(p),
+        q * (q - 1) * p ** (q - 2),
+        p ** (q - 1) * (1 + q * np.log(p)),
+        p**q * np.log(p) ** 2,
+    ),
+    # atan2(p = y, q = x)
+    "atan2": lambda p, q: (
+        np.arctan2(p, q),
+        q / (p * p + q * q),
+        -p / (p * p + q * q),
+        -2 * p * q / (p * p + q * q) ** 2,
+        (p * p - q * q) / (p * p + q * q) ** 2,
+        2 * p * q / (p * p + q * q) ** 2,
+    ),
+}
+
+
+def unary(name, a: Jet) -> Jet:
+    f, f1, f2 = UNARY[name]
+    t = a.v
+    return Jet(f(t), f1(t) * a.g, f1(t) * a.h + f2(t) * np.outer(a.g, a.g))
+
+
+def binary(name, a, b) -> Jet:
+    """``name(a, b)`` for jets or plain numbers (constants)."""
+    a = a if isinstance(a, Jet) else const_jet(a, 2)
+    b = b if isinstance(b, Jet) else const_jet(b, 2)
+    f, fp, fq, fpp, fpq, fqq = BINARY[name](a.v, b.v)
+    g = fp * a.g + fq * b.g
+    h = fp * a.h + fq * b.h + fpp * np.outer(a.g, a.g) + fqq * np.outer(b.g, b.g)
+    h = h + fpq * (np.outer(a.g, b.g) + np.outer(b.g, a.g))
+    return Jet(f, g, h)
+
+
+def neg(a: Jet) -> Jet:
+    return Jet(-a.v, -a.g, -a.h)
+
+
+A, B, C = jet_a, jet_b, jet_c
+# (name, reference jet as a function of z = (x, y)), in the order the kernel writes them
+SCALAR_CASES = [
+    ("seed_x", jet_x),
+    ("seed_y", jet_y),
+    ("poly_a_operators_literals", A),
+    ("poly_b_operators_literals", B),
+    ("poly_c_operators_int_division", C),
+    ("const_scalar", lambda z: const_jet(S0, 2)),
+    ("add_dual_dual", lambda z: binary("add", A(z), B(z))),
+    ("add_dual_scalar", lambda z: binary("add", A(z), S0)),
+    ("add_scalar_dual", lambda z: binary("add", S0, A(z))),
+    ("add_dual_float_literal", lambda z: binary("add", A(z), 1.5)),
+    ("add_float_literal_dual", lambda z: binary("add", 1.5, A(z))),
+    ("add_dual_int_literal", lambda z: binary("add", A(z), 2.0)),
+    ("add_int_literal_dual", lambda z: binary("add", 2.0, A(z))),
+    ("sub_dual_dual", lambda z: binary("sub", A(z), B(z))),
+    ("sub_dual_scalar", lambda z: binary("sub", A(z), S0)),
+    ("sub_scalar_dual", lambda z: binary("sub", S0, A(z))),
+    ("sub_dual_float_literal", lambda z: binary("sub", A(z), 1.5)),
+    ("sub_float_literal_dual", lambda z: binary("sub", 1.5, A(z))),
+    ("sub_dual_int_literal", lambda z: binary("sub", A(z), 2.0)),
+    ("sub_int_literal_dual", lambda z: binary("sub", 2.0, A(z))),
+    ("mul_dual_dual", lambda z: binary("mul", A(z), B(z))),
+    ("mul_dual_scalar", lambda z: binary("mul", A(z), S0)),
+    ("mul_scalar_dual", lambda z: binary("mul", S0, A(z))),
+    ("mul_dual_float_literal", lambda z: binary("mul", A(z), 1.5)),
+    ("mul_float_literal_dual", lambda z: binary("mul", 1.5, A(z))),
+    ("mul_dual_int_literal", lambda z: binary("mul", A(z), 2.0)),
+    ("mul_int_literal_dual", lambda z: binary("mul", 2.0, A(z))),
+    ("div_dual_dual", lambda z: binary("div", A(z), B(z))),
+    ("div_dual_dual_reversed", lambda z: binary("div", B(z), A(z))),
+    ("div_dual_scalar", lambda z: binary("div", A(z), S0)),
+    ("div_scalar_dual", lambda z: binary("div", S0, A(z))),
+    ("div_dual_float_literal", lambda z: binary("div", A(z), 1.5)),
+    ("div_float_literal_dual", lambda z: binary("div", 1.5, A(z))),
+    ("div_dual_int_literal", lambda z: binary("div", A(z), 2.0)),
+    ("div_int_literal_dual", lambda z: binary("div", 2.0, A(z))),
+    ("neg", lambda z: neg(A(z))),
+    ("pow_dual_dual", lambda z: binary("pow", A(z), B(z))),
+    ("pow_dual_scalar", lambda z: binary("pow", A(z), S0)),
+    ("pow_scalar_dual", lambda z: binary("pow", S0, A(z))),
+    ("pow_dual_float_literal", lambda z: binary("pow", A(z), 1.5)),
+    ("pow_float_literal_dual", lambda z: binary("pow", 1.5, A(z))),
+    ("pow_dual_int_literal", lambda z: binary("pow", A(z), 3.0)),
+    ("pow_int_literal_dual", lambda z: binary("pow", 2.0, A(z))),
+    ("atan2_dual_dual", lambda z: binary("atan2", C(z), B(z))),
+    ("atan2_dual_dual_third_quadrant", lambda z: binary("atan2", neg(C(z)), neg(B(z)))),
+    ("atan2_dual_scalar", lambda z: binary("atan2", C(z), S0)),
+    ("atan2_scalar_dual", lambda z: binary("atan2", S0, C(z))),
+    ("atan2_dual_float_literal", lambda z: binary("atan2", C(z), 1.5)),
+    ("atan2_float_literal_dual", lambda z: binary("atan2", 1.5, C(z))),
+    ("atan2_dual_int_literal", lambda z: binary("atan2", C(z), 2.0)),
+    ("atan2_int_literal_dual", lambda z: binary("atan2", 2.0, C(z))),
+    # a = 2.54 > s = 0.7 > b = 0.535
+    ("min_dual_dual_first_smaller", B),  # min(b, a)
+    ("min_dual_dual_second_smaller", B),  # min(a, b)
+    ("max_dual_dual_first_larger", A),  # max(a, b)
+    ("max_dual_dual_second_larger", A),  # max(b, a)
+    ("min_dual_scalar_takes_dual", B),  # min(b, s)
+    ("min_dual_scalar_takes_scalar", lambda z: const_jet(S0, 2)),  # min(a, s)
+    ("min_scalar_dual_takes_dual", B),  # min(s, b)
+    ("min_scalar_dual_takes_scalar", lambda z: const_jet(S0, 2)),  # min(s, a)
+    ("max_dual_scalar_takes_dual", A),  # max(a, s)
+    ("max_dual_scalar_takes_scalar", lambda z: const_jet(S0, 2)),  # max(b, s)
+    ("max_scalar_dual_takes_dual", A),  # max(s, a)
+    ("max_scalar_dual_takes_scalar", lambda z: const_jet(S0, 2)),  # max(s, b)
+    ("min_dual_float_literal", lambda z: const_jet(1.5, 2)),  # min(a, 1.5)
+    ("max_float_literal_dual", A),  # max(1.5, a)
+    ("min_dual_int_literal", A),  # min(a, 3)
+    ("max_int_literal_dual", lambda z: const_jet(3.0, 2)),  # max(3, a)
+    ("where_dual_dual_true", A),  # where(t, a, b)
+    ("where_dual_dual_false", B),  # where(f, a, b)
+    ("where_dual_scalar_true", A),  # where(t, a, s)
+    ("where_dual_scalar_false", lambda z: const_jet(S0, 2)),  # where(f, a, s)
+    ("where_scalar_dual_true", lambda z: const_jet(S0, 2)),  # where(t, s, a)
+    ("where_scalar_dual_false", A),  # where(f, s, a)
+    ("where_dual_float_literal_false", lambda z: const_jet(1.5, 2)),  # where(f, a, 1.5)
+    ("where_int_literal_dual_true", lambda z: const_jet(2.0, 2)),  # where(t, 2, a)
+    ("select_dual_dual_true", B),  # select(t, a, b)
+    ("select_dual_dual_false", A),  # select(f, a, b)
+    ("select_dual_scalar_true", lambda z: const_jet(S0, 2)),  # select(t, a, s)
+    ("select_dual_scalar_false", A),  # select(f, a, s)
+    ("select_scalar_dual_true", A),  # select(t, s, a)
+    ("select_scalar_dual_false", lambda z: const_jet(S0, 2)),  # select(f, s, a)
+    ("sqrt", lambda z: unary("sqrt", A(z))),
+    ("exp", lambda z: unary("exp", C(z))),
+    ("log", lambda z: unary("log", A(z))),
+    ("sin", lambda z: unary("sin", A(z))),
+    ("cos", lambda z: unary("cos", A(z))),
+    ("tan", lambda z: unary("tan", C(z))),
+    ("asin", lambda z: unary("asin", C(z))),
+    ("acos", lambda z: unary("acos", C(z))),
+    ("atan", lambda z: unary("atan", A(z))),
+    ("sinh", lambda z: unary("sinh", C(z))),
+    ("cosh", lambda z: unary("cosh", C(z))),
+    ("tanh", lambda z: unary("tanh", C(z))),
+    ("abs_positive", lambda z: unary("abs", C(z))),
+    ("abs_negative", lambda z: unary("abs", neg(C(z)))),
+    ("sq", lambda z: unary("sq", B(z))),
+    # exp(sin(a) b) / (1 + c)
+    ("composite_chain", lambda z: binary("div", unary("exp", binary("mul", unary("sin", A(z)), B(z))), binary("add", 1.0, C(z)))),
+]
+SCALAR_NAMES = [name for name, _ in SCALAR_CASES]
+
+# TinyAD's a(x) = x^2 + x + 2 at x = 1 (a = 4, a' = 3, a'' = 2), x seeded at index 0 of k = 2: known answers
+KNOWN_CASES = [
+    ("sqrt", 2.0, [3 / 4, 0.0], [[7 / 32, 0.0], [0.0, 0.0]]),  # f' = 1/4, f'' = -1/32
+    ("log", np.log(4.0), [3 / 4, 0.0], [[-1 / 16, 0.0], [0.0, 0.0]]),  # 2/4 - 9/16
+    ("reciprocal", 0.25, [-3 / 16, 0.0], [[5 / 32, 0.0], [0.0, 0.0]]),  # -2/16 + 2 * 9/64
+    ("sq", 16.0, [24.0, 0.0], [[34.0, 0.0], [0.0, 0.0]]),  # 2*4*2 + 2*9
+]
+
+# comparisons on duals: (name, expected) with a = 2.54, b = 0.535, s = 0.7
+COMPARE_CASES = [
+    ("lt_dual_dual", False),  # a < b
+    ("lt_dual_dual_reversed", True),  # b < a
+    ("lt_dual_dual_equal", False),  # a < a
+    ("le_dual_dual_equal", True),  # a <= a
+    ("gt_dual_dual", True),  # a > b
+    ("ge_dual_dual", False),  # b >= a
+    ("ge_dual_dual_equal", True),  # a >= a
+    ("lt_dual_scalar", False),  # a < s
+    ("lt_scalar_dual", True),  # s < a
+    ("le_dual_scalar", True),  # b <= s
+    ("le_scalar_dual", False),  # s <= b
+    ("gt_dual_scalar", True),  # a > s
+    ("gt_scalar_dual", True),  # s > b
+    ("ge_dual_scalar", False),  # b >= s
+    ("ge_scalar_dual", False),  # s >= a
+    ("lt_dual_float_literal", True),  # a < 3.0
+    ("lt_float_literal_dual", False),  # 3.0 < a
+    ("gt_dual_int_literal", True),  # a > 2
+    ("gt_int_literal_dual", False),  # 2 > a
+    ("ge_dual_int_literal", False),  # a >= 3
+    ("le_int_literal_dual", True),  # 2 <= a
+]
+
+# float64 plain values mixed with float32 literals (overloads every generated module carries), s = 0.7
+PLAIN_CASES = [
+    ("plain_add_literal", S0 + 0.5),
+    ("plain_literal_add", 0.5 + S0),
+    ("plain_sub_literal", S0 - 0.5),
+    ("plain_literal_sub", 0.5 - S0),
+    ("plain_mul_literal", S0 * 0.5),
+    ("plain_literal_mul", 0.5 * S0),
+    ("plain_div_literal", S0 / 0.5),
+    ("plain_literal_div", 0.5 / S0),
+    ("plain_pow_literal", S0**0.5),
+    ("plain_atan2_literal", np.arctan2(S0, 0.5)),
+    ("plain_min_literal", 0.5),
+    ("plain_max_literal", S0),
+    ("plain_vec3_mul_literal", 0.5 * S0),  # (s, 2s, 3s) * 0.5, its y / 2
+    ("plain_literal_mul_vec3", 0.5 * S0),
+    ("plain_vec3_div_literal", 2.0 * S0),
+    ("plain_mat22_mul_literal", 0.5 * S0),
+    ("plain_lt_literal", 0.0),  # s < 0.5
+    ("plain_literal_lt", 1.0),  # 0.5 < s
+]
+
+
+def scalar_kernel(D):
+    """k = 2 kernel: every scalar case, in SCALAR_CASES order, then the known answers and comparisons."""
+    S = D.S
+    add, sub, mul, div = D.add, D.sub, D.mul, D.div
+
+    @wp.kernel(module="unique", enable_backward=False)
+    def kernel(
+        inp: wp.array(dtype=S),
+        out: wp.array(dtype=D.Dual),
+        known: wp.array(dtype=D.Dual),
+        flags: wp.array(dtype=int),
+        plain: wp.array(dtype=S),
+        count: wp.array(dtype=int),
+    ):
+        x = D.seed(inp[0], 0)
+        y = D.seed(inp[1], 1)
+        s = inp[2]
+        t = inp[3] > S(0.0)
+        f = inp[3] < S(0.0)
+        a = x * x + x * y + 2.0
+        b = x * y - 0.5 * y * y + 1.0 - x
+        c = x * y / 2 + 0.25 * x - y * y
+        i = int(0)
+        i = _put(out, i, x)
+        i = _put(out, i, y)
+        i = _put(out, i, a)
+        i = _put(out, i, b)
+        i = _put(out, i, c)
+        i = _put(out, i, D.const(s))
+        # add / sub / mul / div: dual-dual, dual-scalar both ways, float literal both ways, int literal both ways
+        i = _put(out, i, add(a, b))
+        i = _put(out, i, a + s)
+        i = _put(out, i, s + a)
+        i = _put(out, i, a + 1.5)
+        i = _put(out, i, 1.5 + a)
+        i = _put(out, i, a + 2)
+        i = _put(out, i, 2 + a)
+        i = _put(out, i, sub(a, b))
+        i = _put(out, i, a - s)
+        i = _put(out, i, s - a)
+        i = _put(out, i, a - 1.5)
+        i = _put(out, i, 1.5 - a)
+        i = _put(out, i, a - 2)
+        i = _put(out, i, 2 - a)
+        i = _put(out, i, mul(a, b))
+        i = _put(out, i, a * s)
+        i = _put(out, i, s * a)
+        i = _put(out, i, a * 1.5)
+        i = _put(out, i, 1.5 * a)
+        i = _put(out, i, a * 2)
+        i = _put(out, i, 2 * a)
+        i = _put(out, i, div(a, b))
+        i = _put(out, i, b / a)
+        i = _put(out, i, a / s)
+        i = _put(out, i, s / a)
+        i = _put(out, i, a / 1.5)
+        i = _put(out, i, 1.5 / a)
+        i = _put(out, i, a / 2)
+        i = _put(out, i, 2 / a)
+        i = _put(out, i, D._wm_neg(a))
+        i = _put(out, i, D.pow(a, b))
+        i = _put(out, i, D.pow(a, s))
+        i = _put(out, i, D.pow(s, a))
+        i = _put(out, i, D.pow(a, 1.5))
+        i = _put(out, i, D.pow(1.5, a))
+        i = _put(out, i, D.pow(a, 3))
+        i = _put(out, i, D.pow(2, a))
+        i = _put(out, i, D.atan2(c, b))
+        i = _put(out, i, D.atan2(D._wm_neg(c), D._wm_neg(b)))
+        i = _put(out, i, D.atan2(c, s))
+        i = _put(out, i, D.atan2(s, c))
+        i = _put(out, i, D.atan2(c, 1.5))
+        i = _put(out, i, D.atan2(1.5, c))
+        i = _put(out, i, D.atan2(c, 2))
+        i = _put(out, i, D.atan2(2, c))
+        i = _put(out, i, D.min(b, a))
+        i = _put(out, i, D.min(a, b))
+        i = _put(out, i, D.max(a, b))
+        i = _put(out, i, D.max(b, a))
+        i = _put(out, i, D.min(b, s))
+        i = _put(out, i, D.min(a, s))
+        i = _put(out, i, D.min(s, b))
+        i = _put(out, i, D.min(s, a))
+        i = _put(out, i, D.max(a, s))
+        i = _put(out, i, D.max(b, s))
+        i = _put(out, i, D.max(s, a))
+        i = _put(out, i, D.max(s, b))
+        i = _put(out, i, D.min(a, 1.5))
+        i = _put(out, i, D.max(1.5, a))
+        i = _put(out, i, D.min(a, 3))
+        i = _put(out, i, D.max(3, a))
+        i = _put(out, i, D.where(t, a, b))
+        i = _put(out, i, D.where(f, a, b))
+        i = _put(out, i, D.where(t, a, s))
+        i = _put(out, i, D.where(f, a, s))
+        i = _put(out, i, D.where(t, s, a))
+        i = _put(out, i, D.where(f, s, a))
+        i = _put(out, i, D.where(f, a, 1.5))
+        i = _put(out, i, D.where(t, 2, a))
+        i = _put(out, i, D.select(t, a, b))
+        i = _put(out, i, D.select(f, a, b))
+        i = _put(out, i, D.select(t, a, s))
+        i = _put(out, i, D.select(f, a, s))
+        i = _put(out, i, D.select(t, s, a))
+        i = _put(out, i, D.select(f, s, a))
+        i = _put(out, i, D.sqrt(a))
+        i = _put(out, i, D.exp(c))
+        i = _put(out, i, D.log(a))
+        i = _put(out, i, D.sin(a))
+        i = _put(out, i, D.cos(a))
+        i = _put(out, i, D.tan(c))
+        i = _put(out, i, D.asin(c))
+        i = _put(out, i, D.acos(c))
+        i = _put(out, i, D.atan(a))
+        i = _put(out, i, D.sinh(c))
+        i = _put(out, i, D.cosh(c))
+        i = _put(out, i, D.tanh(c))
+        i = _put(out, i, D.abs(c))
+        i = _put(out, i, D.abs(D._wm_neg(c)))
+        i = _put(out, i, D.sq(b))
+        i = _put(out, i, D.exp(D.sin(a) * b) / (1.0 + c))
+        count[0] = i
+
+        # TinyAD's known answers: a1(x1) = x1^2 + x1 + 2 at x1 = 1
+        x1 = D.seed(S(1.0), 0)
+        a1 = x1 * x1 + x1 + 2.0
+        n = int(0)
+        n = _put(known, n, D.sqrt(a1))
+        n = _put(known, n, D.log(a1))
+        n = _put(known, n, 1.0 / a1)
+        n = _put(known, n, D.sq(a1))
+        count[1] = n
+
+        j = int(0)
+        j = _flag(flags, j, D._wm_lt(a, b))
+        j = _flag(flags, j, D._wm_lt(b, a))
+        j = _flag(flags, j, D._wm_lt(a, a))
+        j = _flag(flags, j, D._wm_le(a, a))
+        j = _flag(flags, j, D._wm_gt(a, b))
+        j = _flag(flags, j, D._wm_ge(b, a))
+        j = _flag(flags, j, D._wm_ge(a, a))
+        j = _flag(flags, j, D._wm_lt(a, s))
+        j = _flag(flags, j, D._wm_lt(s, a))
+        j = _flag(flags, j, D._wm_le(b, s))
+        j = _flag(flags, j, D._wm_le(s, b))
+        j = _flag(flags, j, D._wm_gt(a, s))
+        j = _flag(flags, j, D._wm_gt(s, b))
+        j = _flag(flags, j, D._wm_ge(b, s))
+        j = _flag(flags, j, D._wm_ge(s, a))
+        j = _flag(flags, j, D._wm_lt(a, 3.0))
+        j = _flag(flags, j, D._wm_lt(3.0, a))
+        j = _flag(flags, j, D._wm_gt(a, 2))
+        j = _flag(flags, j, D._wm_gt(2, a))
+        j = _flag(flags, j, D._wm_ge(a, 3))
+        j = _flag(flags, j, D._wm_le(2, a))
+        count[2] = j
+
+        # plain scalars with float literals (float32 literals mix with float64 through overloads)
+        m = int(0)
+        m = _put(plain, m, s + 0.5)
+        m = _put(plain, m, 0.5 + s)
+        m = _put(plain, m, s - 0.5)
+        m = _put(plain, m, 0.5 - s)
+        m = _put(plain, m, s * 0.5)
+        m = _put(plain, m, 0.5 * s)
+        m = _put(plain, m, s / 0.5)
+        m = _put(plain, m, 0.5 / s)
+        m = _put(plain, m, D.pow(s, 0.5))
+        m = _put(plain, m, D.atan2(s, 0.5))
+        m = _put(plain, m, D.min(s, 0.5))
+        m = _put(plain, m, D.max(0.5, s))
+        v = wp.vector(s, S(2.0) * s, S(3.0) * s)
+        m = _put(plain, m, (v * 0.5)[1] / S(2.0))
+        m = _put(plain, m, (0.5 * v)[1] / S(2.0))
+        m = _put(plain, m, (v / 0.5)[1] / S(2.0))
+        mm = wp.matrix_from_rows(v, v, v)
+        m = _put(plain, m, (mm * 0.5)[2, 0])
+        m = _put(plain, m, wp.where(D._wm_lt(s, 0.5), S(1.0), S(0.0)))
+        m = _put(plain, m, wp.where(D._wm_lt(0.5, s), S(1.0), S(0.0)))
+        count[3] = m
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
+def scalar_results(dtype: str, hessian: bool = True):
+    D = ad.duals(2, DTYPES[dtype], hessian=hessian)
+    S = DTYPES[dtype]
+    out = wp.zeros(len(SCALAR_CASES) + 8, dtype=D.Dual)
+    known = wp.zeros(len(KNOWN_CASES) + 4, dtype=D.Dual)
+    flags = wp.full(len(COMPARE_CASES) + 4, -1, dtype=int)
+    plain = wp.zeros(len(PLAIN_CASES) + 4, dtype=S)
+    count = wp.zeros(4, dtype=int)
+    inp = wp.array([X0, Y0, S0, 1.0], dtype=S)
+    wp.launch(scalar_kernel(D), dim=1, inputs=[inp, out, known, flags, plain, count])
+    return out.numpy(), known.numpy(), flags.numpy(), plain.numpy(), count.numpy()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scalar_kernel_writes_every_case(dtype):
+    *_, count = scalar_results(dtype)
+    assert list(count) == [len(SCALAR_CASES), len(KNOWN_CASES), len(COMPARE_CASES), len(PLAIN_CASES)]
+
+
+@pytest.mark.parametrize("name", SCALAR_NAMES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scalar_op(dtype, name):
+    index = SCALAR_NAMES.index(name)
+    z = np.array([X0, Y0])
+    ref_fn = SCALAR_CASES[index][1]
+    ref = ref_fn(z)
+    got = unpack(scalar_results(dtype)[0], index, 1, scalar=True)
+    check_dual(got, ref, dtype, name)
+    if dtype == "float64":
+        check_against_fd(got, lambda zz: ref_fn(zz).v, z, name, ref)
+
+
+@pytest.mark.parametrize("name", [c[0] for c in KNOWN_CASES])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_known_answer_tinyad(dtype, name):
+    index = [c[0] for c in KNOWN_CASES].index(name)
+    _, v, g, h = KNOWN_CASES[index]
+    got = unpack(scalar_results(dtype)[1], index, 1, scalar=True)
+    check_dual(got, Jet(v, np.array(g), np.array(h)), dtype, name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_comparisons(dtype):
+    flags = scalar_results(dtype)[2]
+    got = {name: bool(flags[i]) for i, (name, _) in enumerate(COMPARE_CASES)}
+    assert got == dict(COMPARE_CASES)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_plain_values_with_float_literals(dtype):
+    plain = scalar_results(dtype)[3]
+    rtol = TOL[dtype][0]
+    for i, (name, expected) in enumerate(PLAIN_CASES):
+        np.testing.assert_allclose(plain[i], expected, rtol=rtol, atol=rtol, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gradient_only_mode_matches_hessian_mode(dtype):
+    full, known_full, flags_full, plain_full, _ = scalar_results(dtype, True)
+    grad, known_grad, flags_grad, plain_grad, count = scalar_results(dtype, False)
+    assert "h" not in grad.dtype.names
+    assert list(count) == [len(SCALAR_CASES), len(KNOWN_CASES), len(COMPARE_CASES), len(PLAIN_CASES)]
+    rtol = 1e-6 if dtype == "float32" else 1e-14
+    n = len(SCALAR_CASES)
+    for i, name in enumerate(SCALAR_NAMES):
+        np.testing.assert_allclose(grad["v"][i], full["v"][i], rtol=rtol, atol=rtol, err_msg=f"{name}: value")
+        np.testing.assert_allclose(grad["g"][i], full["g"][i], rtol=rtol, atol=rtol, err_msg=f"{name}: gradient")
+    np.testing.assert_allclose(known_grad["g"], known_full["g"], rtol=rtol, atol=rtol)
+    np.testing.assert_array_equal(flags_grad, flags_full)
+    np.testing.assert_allclose(plain_grad, plain_full, rtol=rtol)
+    # and against the closed forms
+    z = np.array([X0, Y0])
+    for i, (name, ref_fn) in enumerate(SCALAR_CASES[:n]):
+        got = unpack(grad, i, 1, scalar=True, hessian=False)
+        check_dual(got, ref_fn(z), dtype, name, hessian=False)

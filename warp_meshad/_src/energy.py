@@ -1,0 +1,220 @@
+"""Instantiate a user's energy function for one evaluation mode.
+
+A user writes one ``@wp.func`` with ordinary operators; Warp looks up ``add``/``sub``/``mul``/
+``div`` for ``+ - * /`` in the *calling function's* globals but always calls builtins for unary
+minus, comparisons and indexing. So for each (mode, dual type) the energy's source is rewritten
+once:
+
+* float literals -> the problem's scalar type (a bare literal is float32 in Warp);
+* ``-a`` -> ``_wm_neg(a)``, ``a < b`` -> ``_wm_lt(a, b)`` (likewise ``<=, >, >=``),
+  ``a[i]`` -> ``_wm_index(a, i)``, ``a[i, j]`` -> ``_wm_index2(a, i, j)`` (loads only);
+* the variable arguments are annotated with the concrete plain or dual type;
+* Warp functions the energy calls that the user wrote are rewritten the same way (recursively);
+
+and compiled into a fresh function whose globals are a copy of the user's module globals with
+the operator overloads and the matching ``ad`` namespace injected. The user's module is never
+modified.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import textwrap
+import types
+
+import warp as wp
+
+__all__ = ["instantiate", "EnergyInfo", "describe_energy"]
+
+_COMPARE = {ast.Lt: "_wm_lt", ast.LtE: "_wm_le", ast.Gt: "_wm_gt", ast.GtE: "_wm_ge"}
+_INJECT = ("add", "sub", "mul", "div", "_wm_neg", "_wm_lt", "_wm_le", "_wm_gt", "_wm_ge", "_wm_index", "_wm_index2")
+_cache: dict = {}
+
+
+class _Rewriter(ast.NodeTransformer):
+    def __init__(self, helper_names):
+        self.helper_names = helper_names
+        self.calls: set[str] = set()
+
+    def visit_Constant(self, node):
+        # float literals take the problem's scalar type (a bare literal would be float32)
+        if isinstance(node.value, float):
+            return ast.copy_location(ast.Call(ast.Name("_wm_S", ast.Load()), [node], []), node)
+        return node
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.USub) and not isinstance(node.operand, ast.Constant):
+            return ast.copy_location(ast.Call(ast.Name("_wm_neg", ast.Load()), [node.operand], []), node)
+        return node
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if not all(type(op) in _COMPARE for op in node.ops):
+            return node
+        operands = [node.left, *node.comparators]
+        calls = [
+            ast.Call(ast.Name(_COMPARE[type(op)], ast.Load()), [operands[i], operands[i + 1]], [])
+            for i, op in enumerate(node.ops)
+        ]
+        out = calls[0] if len(calls) == 1 else ast.BoolOp(ast.And(), calls)
+        return ast.copy_location(out, node)
+
+    def visit_Subscript(self, node):
+        self.generic_visit(node)
+        if not isinstance(node.ctx, ast.Load):
+            return node
+        index = node.slice
+        if isinstance(index, ast.Tuple):
+            if len(index.elts) != 2:
+                return node
+            args = [node.value, *index.elts]
+            name = "_wm_index2"
+        elif isinstance(index, ast.Slice):
+            return node
+        else:
+            args = [node.value, index]
+            name = "_wm_index"
+        return ast.copy_location(ast.Call(ast.Name(name, ast.Load()), args, []), node)
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in self.helper_names:
+            self.calls.add(node.func.id)
+        return node
+
+
+def _function_source(fn) -> tuple[ast.FunctionDef, str]:
+    try:
+        src = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as exc:
+        raise ValueError(f"cannot read the source of energy {fn.__name__!r}: define it in a file") from exc
+    tree = ast.parse(src)
+    fdef = tree.body[0]
+    if not isinstance(fdef, ast.FunctionDef):
+        raise ValueError(f"energy {fn.__name__!r} must be a function defined with def")
+    fdef.decorator_list = []
+    return fdef, src
+
+
+def _scope(fn) -> dict:
+    scope = dict(fn.__globals__)
+    if fn.__closure__:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+            try:
+                scope[name] = cell.cell_contents
+            except ValueError:
+                pass
+    return scope
+
+
+def _is_user_function(obj) -> bool:
+    if not isinstance(obj, wp.Function) or obj.func is None:
+        return False
+    mod = getattr(obj.func, "__module__", "") or ""
+    return not (mod.startswith("warp.") or mod == "warp" or mod.startswith("warp_meshad.kernels._generated"))
+
+
+def _namespace_globals(scope: dict, ns, scalar) -> dict:
+    """Copy of a user's scope with operators and the ``ad`` namespace bound to ``ns``."""
+    from warp_meshad.kernels import ad as public_ad
+
+    out = dict(scope)
+    out["_wm_S"] = getattr(ns, "S", None) or scalar
+    for name in _INJECT:
+        out[name] = getattr(ns, name)
+    plain = public_ad._plain
+    for name, val in scope.items():
+        if val is public_ad:
+            out[name] = ns
+        elif isinstance(val, wp.Function) and getattr(plain, getattr(val, "key", ""), None) is val:
+            out[name] = getattr(ns, val.key)
+    return out
+
+
+def _helper(fn_obj: wp.Function, ns, module, stack, scalar):
+    """Rewritten copy of a user helper function called from an energy (kept generic)."""
+    key = (id(fn_obj), id(ns), module.name, scalar.__name__)
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    if fn_obj in stack:
+        raise ValueError(f"recursive Warp function {fn_obj.key!r} is not supported in energies")
+    fdef, _ = _function_source(fn_obj.func)
+    scope = _scope(fn_obj.func)
+    return _compile(fdef, scope, ns, module, fn_obj.func, None, stack + [fn_obj], key, scalar)
+
+
+def _compile(fdef, scope, ns, module, orig, arg_types, stack, cache_key, scalar):
+    helpers = {n for n, v in scope.items() if _is_user_function(v)}
+    rw = _Rewriter(helpers)
+    fdef = rw.visit(fdef)
+    glb = _namespace_globals(scope, ns, scalar)
+    for name in rw.calls:
+        glb[name] = _helper(scope[name], ns, module, stack, scalar)
+    if arg_types is not None:
+        for arg, t in zip(fdef.args.args, arg_types):
+            if t is not None:
+                glb[f"_wm_T_{arg.arg}"] = t
+                arg.annotation = ast.Name(f"_wm_T_{arg.arg}", ast.Load())
+    digest = hashlib.sha1(ast.dump(fdef).encode() + module.name.encode()).hexdigest()[:10]
+    fdef.name = f"{orig.__name__}_{digest}"
+    tree = ast.fix_missing_locations(ast.Module([fdef], []))
+    src = ast.unparse(tree)
+    filename = inspect.getsourcefile(orig) or "<energy>"
+    code = compile(tree, filename, "exec", dont_inherit=True)
+    exec(code, glb)
+    pyfn = glb[fdef.name]
+    pyfn.__module__ = module.name
+    wp.Function(func=pyfn, key=fdef.name, namespace="", module=module, value_func=None, source=src)
+    fn = module.functions[fdef.name]
+    _cache[cache_key] = fn
+    return fn
+
+
+class EnergyInfo:
+    """Signature facts of a user energy: argument count and whether it takes a data struct."""
+
+    def __init__(self, name: str, arg_names: list[str], annotations: dict):
+        self.name = name
+        self.arg_names = arg_names
+        self.annotations = annotations
+
+
+def describe_energy(energy, argument: str = "energy") -> EnergyInfo:
+    """Check that ``energy`` is a Warp function and return its argument names.
+
+    Raises:
+        TypeError: when ``energy`` is not a ``@wp.func``.
+    """
+    if not isinstance(energy, wp.Function) or energy.func is None:
+        raise TypeError(
+            f"{argument} must be a function decorated with @wp.func, got {type(energy).__name__} {energy!r}"
+        )
+    spec = inspect.getfullargspec(energy.func)
+    return EnergyInfo(energy.func.__name__, list(spec.args), dict(spec.annotations))
+
+
+def instantiate(energy: wp.Function, ns, arg_types: list, module, scalar=wp.float64) -> wp.Function:
+    """Concrete copy of ``energy`` for one evaluation mode.
+
+    Args:
+        energy: the user's ``@wp.func``.
+        ns: generated namespace module (plain or dual) from :mod:`warp_meshad.kernels._dualgen`.
+        arg_types: one entry per energy argument: a type to annotate with, or None to keep the
+            user's annotation.
+        module: Warp module the instance (and any rewritten helpers) is registered in.
+        scalar: the problem's scalar type: float literals in the energy are converted to it.
+
+    Returns:
+        The Warp function to call from a generated kernel.
+    """
+    key = (id(energy), id(ns), tuple(id(t) for t in arg_types), module.name, scalar.__name__)
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    fdef, _ = _function_source(energy.func)
+    scope = _scope(energy.func)
+    return _compile(fdef, scope, ns, module, energy.func, arg_types, [energy], key, scalar)

@@ -1,0 +1,211 @@
+"""Generated evaluation kernels: one per (term, mode).
+
+One thread owns one element: it gathers the element's variables, seeds them as duals, calls the
+energy, keeps the local gradient and Hessian in registers and scatters them with ``atomic_add``
+into the preallocated gradient array and the BSR block slots found when the pattern was built.
+
+Kernel sources are text (the number of element variables is unrolled into separate locals, since
+Warp has no local arrays of structs); they are compiled with ``wp.Kernel(source=...)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import warp as wp
+
+__all__ = ["KernelSpec", "make_kernel", "MODES"]
+
+MODES = ("probe", "energy", "gradient", "hessian", "hessian_proj", "hvp", "residual", "jacobian", "gauss_newton")
+_XYZW = "xyzw"
+
+
+class KernelSpec:
+    """Everything that shapes a generated kernel's source.
+
+    Args:
+        valence: variables per element.
+        dim: scalars per variable (1 means scalar variables).
+        scalar: ``wp.float32`` or ``wp.float64``.
+        has_data: whether the energy takes a data struct.
+        residual_dim: 0 for scalar energies; else the number of residual components (1..4).
+    """
+
+    def __init__(self, valence: int, dim: int, scalar, has_data: bool, residual_dim: int = 0):
+        self.valence = valence
+        self.dim = dim
+        self.scalar = scalar
+        self.has_data = has_data
+        self.residual_dim = residual_dim
+
+    def signature(self) -> tuple:
+        return (self.valence, self.dim, self.scalar.__name__, self.has_data, self.residual_dim)
+
+    @property
+    def k(self) -> int:
+        return self.valence * self.dim
+
+
+def _components(expr: str, rdim: int) -> list[str]:
+    if rdim == 1:
+        return [expr]
+    return [f"{expr}.{_XYZW[c]}" for c in range(rdim)]
+
+
+def kernel_source(spec: KernelSpec, mode: str, name: str) -> str:
+    """Source text of the kernel ``name`` for ``mode`` (see :data:`MODES`)."""
+    n, d, k = spec.valence, spec.dim, spec.k
+    res = spec.residual_dim > 0
+    args = ["elements: wp.array2d(dtype=wp.int32)", "x: wp.array(dtype=_VarT)"]
+    if spec.has_data:
+        args.append("data: _DataT")
+    args.append("weight: _S")
+    call_data = ", data" if spec.has_data else ""
+    body = ["e = wp.tid()"]
+    for a in range(n):
+        body.append(f"i{a} = elements[e, {a}]")
+    if mode in ("probe", "energy", "residual"):
+        for a in range(n):
+            body.append(f"x{a} = x[i{a}]")
+    else:
+        for a in range(n):
+            body.append(f"x{a} = _D.seed(x[i{a}], {a * d})")
+    xs = ", ".join(f"x{a}" for a in range(n))
+    rname = "rv" if (res and spec.residual_dim > 1 and mode not in ("probe", "residual", "jacobian", "gauss_newton", "energy")) else "r"
+    body.append(f"{rname} = _energy(e, {xs}{call_data})")
+
+    def block(expr_of, prefix=""):
+        """Constructor of a d x d block (or scalar) from h-index expressions."""
+        if d == 1:
+            return expr_of(0, 0)
+        vals = ", ".join(expr_of(i, j) for i in range(d) for j in range(d))
+        return f"_BlockT({vals})"
+
+    def vecblock(g, a):
+        if d == 1:
+            return f"{g}[{a * d}]"
+        return "_VarT(" + ", ".join(f"{g}[{a * d + i}]" for i in range(d)) + ")"
+
+    if mode == "probe":
+        pass
+    elif mode == "energy":
+        args.append("energy_out: wp.array(dtype=_S)")
+        if res:
+            body.append("f = _S(0.5) * " + ("_D.sq(r)" if spec.residual_dim == 1 else "_D.length_sq(r)"))
+        else:
+            body.append("f = r")
+        body.append("wp.atomic_add(energy_out, 0, weight * f)")
+    elif mode == "residual":
+        args += ["row_start: int", "res_out: wp.array(dtype=_S)"]
+        body.append("sw = wp.sqrt(weight)")
+        for c, rc in enumerate(_components("r", spec.residual_dim)):
+            body.append(f"res_out[row_start + e * {spec.residual_dim} + {c}] = sw * {rc}")
+    elif mode == "jacobian":
+        args += [
+            "row_start: int",
+            "jslots: wp.array2d(dtype=wp.int32)",
+            "res_out: wp.array(dtype=_S)",
+            "jvals: wp.array(dtype=_JBlockT)",
+        ]
+        body.append("sw = wp.sqrt(weight)")
+        for c, rc in enumerate(_components("r", spec.residual_dim)):
+            body.append(f"rc{c} = {rc}")
+            body.append(f"res_out[row_start + e * {spec.residual_dim} + {c}] = sw * rc{c}.v")
+            body.append(f"g{c} = rc{c}.g")
+            for a in range(n):
+                if d == 1:
+                    blk = f"g{c}[{a}] * sw"
+                else:
+                    blk = "wp.matrix_from_rows(_VarT(" + ", ".join(f"g{c}[{a * d + i}]" for i in range(d)) + ")) * sw"
+                body.append(f"wp.atomic_add(jvals, jslots[e, {c * n + a}], {blk})")
+    else:
+        args.append("energy_out: wp.array(dtype=_S)")
+        args.append("grad: wp.array(dtype=_VarT)")
+        if mode == "gauss_newton":
+            body.append("f = _S(0.0)")
+            body.append("g = _VecK()")
+            body.append("h = _MatK()")
+            for c, rc in enumerate(_components("r", spec.residual_dim)):
+                body.append(f"rc{c} = {rc}")
+                body.append(f"f = f + rc{c}.v * rc{c}.v")
+                body.append(f"gc{c} = rc{c}.g")
+                body.append(f"g = g + gc{c} * rc{c}.v")
+                body.append(f"h = h + wp.outer(gc{c}, gc{c})")
+            body.append("wp.atomic_add(energy_out, 0, _S(0.5) * weight * f)")
+            body.append("g = g * weight")
+            body.append("h = h * weight")
+        else:
+            if res:
+                body.append(
+                    "r = _D.mul(_D.sq(r), _S(0.5))" if spec.residual_dim == 1 else "r = _D.mul(_D.length_sq(rv), _S(0.5))"
+                )
+            body.append("wp.atomic_add(energy_out, 0, weight * r.v)")
+            body.append("g = r.g * weight")
+            if mode in ("hessian", "hvp"):
+                body.append("h = r.h * weight")
+            elif mode == "hessian_proj":
+                args += ["eps: _S", "absolute: int"]
+                body.append(f"h = _D.project_psd(r.h * weight, eps, absolute, {k})")
+        if mode == "hvp":
+            args += ["v: wp.array(dtype=_VarT)", "hv_out: wp.array(dtype=_VarT)"]
+            if d == 1:
+                vals = ", ".join(f"v[i{a}]" for a in range(n))
+            else:
+                vals = ", ".join(f"va{a}[{i}]" for a in range(n) for i in range(d))
+                for a in range(n):
+                    body.append(f"va{a} = v[i{a}]")
+            body.append(f"vl = _VecK({vals})")
+            body.append("hvl = h * vl")
+            for a in range(n):
+                body.append(f"wp.atomic_add(hv_out, i{a}, {vecblock('hvl', a)})")
+        else:
+            for a in range(n):
+                body.append(f"wp.atomic_add(grad, i{a}, {vecblock('g', a)})")
+        if mode in ("hessian", "hessian_proj", "gauss_newton"):
+            args += ["slots: wp.array2d(dtype=wp.int32)", "hvals: wp.array(dtype=_BlockT)"]
+            for a in range(n):
+                for b in range(n):
+                    blk = block(lambda i, j, a=a, b=b: f"h[{a * d + i}, {b * d + j}]")
+                    body.append(f"wp.atomic_add(hvals, slots[e, {a * n + b}], {blk})")
+    lines = [f"def {name}(" + ", ".join(args) + "):"]
+    lines += ["    " + s for s in body]
+    return "\n".join(lines) + "\n"
+
+
+def make_kernel(spec: KernelSpec, mode: str, energy_fn, ns, data_type, label: str):
+    """Compile-ready ``wp.Kernel`` for one term and mode.
+
+    Args:
+        spec: shape of the term.
+        mode: one of :data:`MODES`.
+        energy_fn: concrete Warp function instance of the user's energy for this mode.
+        ns: generated namespace (dual module for derivative modes).
+        data_type: the user's data struct type, or None.
+        label: readable prefix for the kernel name (the energy's name).
+    """
+    s = spec.scalar
+    d, k = spec.dim, spec.k
+    var_t = s if d == 1 else wp.types.vector(length=d, dtype=s)
+    block_t = s if d == 1 else wp.types.matrix(shape=(d, d), dtype=s)
+    jblock_t = s if d == 1 else wp.types.matrix(shape=(1, d), dtype=s)
+    scope = {
+        "wp": wp,
+        "_S": s,
+        "_VarT": var_t,
+        "_BlockT": block_t,
+        "_JBlockT": jblock_t,
+        "_VecK": wp.types.vector(length=k, dtype=s),
+        "_MatK": wp.types.matrix(shape=(k, k), dtype=s),
+        "_D": ns,
+        "_DataT": data_type,
+        "_energy": energy_fn,
+    }
+    tmp = kernel_source(spec, mode, "kernel")
+    digest = hashlib.sha1((tmp + energy_fn.key).encode()).hexdigest()[:10]
+    name = f"wm_{label}_{mode}_{digest}"
+    src = kernel_source(spec, mode, name)
+    code = compile(src, f"<warp_meshad kernel {name}>", "exec", dont_inherit=True)
+    exec(code, scope)
+    pyfn = scope[name]
+    module = energy_fn.module
+    return wp.Kernel(func=pyfn, key=name, module=module, options={"enable_backward": False}, source=src)

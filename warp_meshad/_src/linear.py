@@ -1,0 +1,789 @@
+"""Sparse linear back-ends for Newton-type solvers, behind one interface.
+
+Every back-end solves ``A x = b`` for a square :class:`warp.sparse.BsrMatrix` ``A`` with square blocks
+(``block_dim x block_dim``) and block vectors ``b``, ``x`` (``wp.array`` of shape ``[n_block_rows]`` and dtype
+``vec{block_dim}{f|d}``, or the scalar dtype for 1x1 blocks). ``x`` is written in place; iterative back-ends use its
+input value as the initial guess.
+
+Back-ends (pick one by name with :func:`make_linear_solver`):
+
+- ``"scipy"``: SuperLU (``scipy.sparse.linalg.splu``) on the host. The scalar CSR pattern is built once per sparsity
+  pattern and refilled in place; SciPy exposes no reusable symbolic factorization, so ordering runs each call.
+- ``"cg"``: Warp's conjugate gradient (``warp.optim.linear.cg``) with a ``"none"``, ``"diag"`` or ``"block_jacobi"``
+  preconditioner, on CPU and GPU. Solver buffers are allocated once per system shape.
+- ``"cupy"``: ``cupyx.scipy.sparse.linalg.spsolve`` on a zero-copy CuPy CSR view of our device buffers (GPU only).
+- ``"cudss"``: NVIDIA cuDSS through nvmath-python's ``nvmath.sparse.advanced.DirectSolver`` (GPU only). Reordering and
+  symbolic factorization (``plan()``) run once per sparsity pattern; each call refills the CSR values in place and runs
+  the numeric factorization and the solve.
+- ``"auto"``: cuDSS where it imports and works on a CUDA device, else CuPy, else Warp CG with block-Jacobi on a GPU;
+  SciPy on the CPU. ``solver.name`` says which was picked (logged once per device with :mod:`logging`).
+
+The sparsity pattern of ``A`` is identified by its ``offsets``/``columns`` array objects, their addresses, the block
+count and the shape: a matrix whose pattern is rebuilt *in place* in the same arrays must be announced with
+:meth:`LinearSolver.invalidate_pattern` (or by bumping an integer ``pattern_version`` attribute on the matrix).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import warp as wp
+import warp.sparse as wps
+
+__all__ = [
+    "LINEAR_SOLVER_NAMES",
+    "CGSolver",
+    "CudssSolver",
+    "CupySolver",
+    "LinearSolveError",
+    "LinearSolveInfo",
+    "LinearSolver",
+    "ScipySolver",
+    "make_linear_solver",
+]
+
+_logger = logging.getLogger("warp_meshad.linear")
+
+LINEAR_SOLVER_NAMES = ("auto", "scipy", "cg", "cupy", "cudss")
+"""Names accepted by :func:`make_linear_solver`."""
+
+_CUDSS_INSTALL = 'pip install "warp-meshad[cudss]"'
+_CUPY_INSTALL = 'pip install "warp-meshad[cudss]" (or: pip install cupy-cuda12x)'
+
+
+class LinearSolveError(RuntimeError):
+    """A back-end failed to factorize or solve the system (singular matrix, NaN input, library error)."""
+
+
+@dataclass
+class LinearSolveInfo:
+    """What one :meth:`LinearSolver.solve` call did.
+
+    Attributes:
+        backend: name of the back-end that ran (``"scipy"``, ``"cg"``, ``"cupy"``, ``"cudss"``).
+        iterations: iterations of an iterative back-end; 1 for direct back-ends.
+        residual_norm: ``||b - A x||_2`` after the solve (CG: its recursively updated residual); NaN when not computed.
+        analysis_ms: time of per-pattern work this call (pattern conversion, reordering, symbolic factorization); 0
+            when the pattern was reused.
+        factor_ms: time of numeric factorization (CG: building the preconditioner).
+        solve_ms: time of the solve itself (triangular solves, or the CG iterations).
+        converged: False when an iterative back-end stopped at its iteration cap above tolerance.
+    """
+
+    backend: str
+    iterations: int
+    residual_norm: float
+    analysis_ms: float
+    factor_ms: float
+    solve_ms: float
+    converged: bool = True
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Private kernels: BSR -> scalar CSR with a closed-form position for every coefficient (no search, no map array).
+# Scalar row (r, i) of block row r starts at bs*bs*offsets[r] + i*bs*len(r); block t of the row puts its (i, j)
+# coefficient at that start + t*bs + j.
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@wp.func
+def _block_row_of(offsets: wp.array(dtype=int), nrow: int, k: int):
+    # binary search for the block row r with offsets[r] <= k < offsets[r + 1]
+    lo = int(0)
+    hi = nrow
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if offsets[mid] <= k:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@wp.kernel(enable_backward=False)
+def _csr_indptr_from_bsr(offsets: wp.array(dtype=int), bs: int, nrow: int, indptr: wp.array(dtype=int)):
+    # one thread per block row: writes the start of its bs scalar rows (and the end for the last row)
+    r = wp.tid()
+    beg = offsets[r]
+    length = offsets[r + 1] - beg
+    for i in range(bs):
+        indptr[r * bs + i] = bs * bs * beg + i * bs * length
+    if r == nrow - 1:
+        indptr[nrow * bs] = bs * bs * offsets[nrow]
+
+
+@wp.kernel(enable_backward=False)
+def _csr_indices_from_bsr(
+    offsets: wp.array(dtype=int),
+    columns: wp.array(dtype=int),
+    bs: int,
+    nrow: int,
+    indices: wp.array(dtype=int),
+):
+    # one thread per stored block: writes the scalar column index of its bs*bs coefficients
+    k = wp.tid()
+    if k >= offsets[nrow]:
+        return
+    r = _block_row_of(offsets, nrow, k)
+    beg = offsets[r]
+    length = offsets[r + 1] - beg
+    base = bs * bs * beg + (k - beg) * bs
+    c = columns[k]
+    for i in range(bs):
+        for j in range(bs):
+            indices[base + i * bs * length + j] = c * bs + j
+
+
+@wp.kernel(enable_backward=False)
+def _csr_values_from_bsr(
+    offsets: wp.array(dtype=int),
+    nrow: int,
+    block_values: wp.array3d(dtype=Any),
+    data: wp.array(dtype=Any),
+):
+    # one thread per stored block: scatters its bs*bs coefficients into scalar CSR order
+    k = wp.tid()
+    if k >= offsets[nrow]:
+        return
+    bs = block_values.shape[1]
+    r = _block_row_of(offsets, nrow, k)
+    beg = offsets[r]
+    length = offsets[r + 1] - beg
+    base = bs * bs * beg + (k - beg) * bs
+    for i in range(bs):
+        for j in range(bs):
+            data[base + i * bs * length + j] = block_values[k, i, j]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Shared helpers
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _ms_since(t0: float, device) -> float:
+    wp.synchronize_device(device)
+    return (time.perf_counter() - t0) * 1000.0
+
+
+def _now(device) -> float:
+    wp.synchronize_device(device)
+    return time.perf_counter()
+
+
+def _block_dim(A: wps.BsrMatrix) -> int:
+    return A.block_shape[0]
+
+
+def _vector_dtype(A: wps.BsrMatrix):
+    bs = _block_dim(A)
+    if bs == 1:
+        return A.scalar_type
+    return wp.types.vector(length=bs, dtype=A.scalar_type)
+
+
+def _type_name(t) -> str:
+    try:
+        return wp.types.type_repr(t)
+    except Exception:
+        return getattr(t, "__name__", str(t))
+
+
+def _check_system(A, b, x) -> None:
+    """Validate ``A x = b`` at the public boundary; raise with expected vs got."""
+    if not isinstance(A, wps.BsrMatrix):
+        raise TypeError(f"A: expected a warp.sparse.BsrMatrix, got {type(A).__name__}")
+    rows, cols = A.block_shape
+    if rows != cols:
+        raise ValueError(f"A: expected square blocks, got block shape {A.block_shape}")
+    if A.nrow != A.ncol:
+        raise ValueError(f"A: expected a square matrix of blocks, got {A.nrow} x {A.ncol} blocks")
+    if getattr(A, "row_counts", None) is not None:
+        raise ValueError("A: expected a compact BsrMatrix (row_counts None), got a padded one; call bsr_compress first")
+    vec = _vector_dtype(A)
+    for name, arr in (("b", b), ("x", x)):
+        if not isinstance(arr, wp.array):
+            raise TypeError(f"{name}: expected a wp.array, got {type(arr).__name__}")
+        if arr.ndim != 1 or arr.shape[0] != A.nrow:
+            raise ValueError(f"{name}: expected shape ({A.nrow},), got {arr.shape}")
+        if not wp.types.types_equal(arr.dtype, vec):
+            raise TypeError(f"{name}: expected dtype {_type_name(vec)}, got {_type_name(arr.dtype)}")
+        if arr.device != A.device:
+            raise ValueError(f"{name}: expected device {A.device}, got {arr.device}")
+        if not arr.is_contiguous:
+            raise ValueError(f"{name}: expected a contiguous array")
+
+
+def _pattern_key(A: wps.BsrMatrix) -> tuple:
+    return (
+        id(A.offsets),
+        id(A.columns),
+        A.offsets.ptr,
+        A.columns.ptr,
+        A.nnz,
+        A.nrow,
+        A.block_shape,
+        A.scalar_type,
+        str(A.device),
+        getattr(A, "pattern_version", None),
+    )
+
+
+class _CsrBuffers:
+    """Scalar CSR copy of a BSR matrix in preallocated Warp buffers on the matrix's device.
+
+    The pattern (``indptr``, ``indices``) is written once per sparsity pattern; :meth:`update_values` refills ``data``
+    in place (same address), which is what cuDSS and CuPy views rely on.
+    """
+
+    def __init__(self, A: wps.BsrMatrix):
+        device = A.device
+        self.block_dim = bs = _block_dim(A)
+        self.nrow = A.nrow
+        self.size = A.nrow * bs
+        self.block_nnz = A.nnz_sync() if A.nrow > 0 else 0
+        self.nnz = self.block_nnz * bs * bs
+        self.indptr = wp.empty(self.size + 1, dtype=wp.int32, device=device)
+        self.indices = wp.empty(max(self.nnz, 1), dtype=wp.int32, device=device)
+        self.data = wp.zeros(max(self.nnz, 1), dtype=A.scalar_type, device=device)
+        if A.nrow > 0:
+            wp.launch(_csr_indptr_from_bsr, dim=A.nrow, inputs=[A.offsets, bs, A.nrow, self.indptr], device=device)
+        else:
+            self.indptr.zero_()
+        if self.block_nnz > 0:
+            wp.launch(
+                _csr_indices_from_bsr,
+                dim=self.block_nnz,
+                inputs=[A.offsets, A.columns, bs, A.nrow, self.indices],
+                device=device,
+            )
+
+    def update_values(self, A: wps.BsrMatrix) -> None:
+        if self.block_nnz > 0:
+            wp.launch(
+                _csr_values_from_bsr,
+                dim=self.block_nnz,
+                inputs=[A.offsets, A.nrow, A.scalar_values, self.data],
+                device=A.device,
+            )
+
+
+def _residual_norm(A: wps.BsrMatrix, b: wp.array, x: wp.array, work: wp.array) -> float:
+    """``||b - A x||_2`` using ``work`` (same shape/dtype as b) as scratch."""
+    wp.copy(work, b)
+    wps.bsr_mv(A, x, work, alpha=-1.0, beta=1.0)
+    return math.sqrt(max(float(wp.utils.array_inner(work, work)), 0.0))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Interface
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class LinearSolver:
+    """Base class of the linear back-ends.
+
+    Attributes:
+        name: back-end name (``"scipy"``, ``"cg"``, ``"cupy"``, ``"cudss"``).
+    """
+
+    name: str = "base"
+
+    def __init__(self, compute_residual: bool = True):
+        self.compute_residual = bool(compute_residual)
+        self._pattern = None
+        self._work = None
+
+    def solve(self, A: wps.BsrMatrix, b: wp.array, x: wp.array) -> LinearSolveInfo:
+        """Solve ``A x = b``, writing ``x`` in place.
+
+        Args:
+            A: square BSR matrix with square blocks, ``n_block_rows x n_block_rows`` blocks of ``block_dim x
+                block_dim``, scalar type float32 or float64.
+            b: right-hand side, shape ``[n_block_rows]``, dtype ``vec{block_dim}`` of A's scalar type (the scalar type
+                for 1x1 blocks), on A's device.
+            x: solution, same shape/dtype/device as ``b``; its input value is the initial guess of iterative back-ends.
+
+        Returns:
+            A :class:`LinearSolveInfo` with iterations, residual and timings.
+
+        Raises:
+            TypeError, ValueError: mismatched shapes, dtypes or devices (message prints expected vs got).
+            LinearSolveError: the back-end failed (e.g. singular matrix).
+        """
+        raise NotImplementedError
+
+    def invalidate_pattern(self) -> None:
+        """Forget the cached sparsity-pattern work (call after rebuilding A's pattern in place)."""
+        self._pattern = None
+
+    def _residual(self, A, b, x) -> float:
+        if not self.compute_residual:
+            return float("nan")
+        if self._work is None or self._work.shape != b.shape or self._work.dtype != b.dtype or self._work.device != b.device:
+            self._work = wp.empty_like(b)
+        return _residual_norm(A, b, x, self._work)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# SciPy (CPU)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class ScipySolver(LinearSolver):
+    """SuperLU on the host through SciPy.
+
+    Args:
+        symmetric: the matrix is symmetric (Newton Hessians are): its CSR arrays are then read directly as CSC (no
+            transpose copy) and SuperLU runs in symmetric mode with a small diagonal pivot threshold.
+        ordering: SuperLU column ordering (``permc_spec``): ``"MMD_AT_PLUS_A"`` (default, for symmetric patterns),
+            ``"COLAMD"``, ``"MMD_ATA"``, ``"NATURAL"``.
+        compute_residual: compute ``||b - A x||`` after each solve (one SpMV).
+    """
+
+    name = "scipy"
+    _ORDERINGS = ("MMD_AT_PLUS_A", "COLAMD", "MMD_ATA", "NATURAL")
+
+    def __init__(self, symmetric: bool = True, ordering: str = "MMD_AT_PLUS_A", compute_residual: bool = True):
+        super().__init__(compute_residual)
+        if ordering not in self._ORDERINGS:
+            raise ValueError(f"ordering: expected one of {self._ORDERINGS}, got {ordering!r}")
+        self.symmetric = bool(symmetric)
+        self.ordering = ordering
+        self._csr = None
+
+    def solve(self, A, b, x):
+        import scipy.sparse as sps
+        import scipy.sparse.linalg as spla
+
+        _check_system(A, b, x)
+        device = A.device
+        t0 = _now(device)
+        key = _pattern_key(A)
+        if self._pattern != key:
+            self._csr = _CsrBuffers(A)
+            self._host_indptr = self._csr.indptr.numpy()
+            self._host_indices = self._csr.indices.numpy()[: self._csr.nnz]
+            self._pattern = _pattern_key(A)  # after nnz_sync() made A.nnz exact
+        analysis_ms = _ms_since(t0, device)
+
+        t0 = time.perf_counter()
+        csr = self._csr
+        csr.update_values(A)
+        data = csr.data.numpy()[: csr.nnz]  # zero-copy view on CPU, host copy on GPU
+        n = csr.size
+        if self.symmetric:
+            mat = sps.csc_matrix((data, self._host_indices, self._host_indptr), shape=(n, n))
+            options = {"SymmetricMode": True}
+            pivot = 0.01
+        else:
+            mat = sps.csr_matrix((data, self._host_indices, self._host_indptr), shape=(n, n)).tocsc()
+            options = {}
+            pivot = 1.0
+        if not np.all(np.isfinite(data)):
+            raise LinearSolveError("scipy: the matrix has non-finite entries")
+        try:
+            lu = spla.splu(mat, permc_spec=self.ordering, diag_pivot_thresh=pivot, options=options)
+        except RuntimeError as exc:  # "Factor is exactly singular"
+            raise LinearSolveError(f"scipy: factorization failed: {exc}") from exc
+        factor_ms = (time.perf_counter() - t0) * 1000.0
+
+        t0 = time.perf_counter()
+        rhs = b.numpy().reshape(-1).astype(data.dtype, copy=False)
+        sol = lu.solve(rhs)
+        if device.is_cpu:
+            x.numpy().reshape(-1)[:] = sol
+        else:
+            bs = csr.block_dim
+            x.assign(sol.reshape((A.nrow,) if bs == 1 else (A.nrow, bs)))
+        solve_ms = _ms_since(t0, device)
+        return LinearSolveInfo(self.name, 1, self._residual(A, b, x), analysis_ms, factor_ms, solve_ms)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Warp CG / PCG (CPU and GPU)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class CGSolver(LinearSolver):
+    """Preconditioned conjugate gradient from ``warp.optim.linear`` (symmetric positive-definite systems).
+
+    Args:
+        preconditioner: ``"none"``, ``"diag"`` (Jacobi) or ``"block_jacobi"`` (inverse of each diagonal block; Jacobi
+            for 1x1 blocks).
+        tol: relative tolerance on the residual, ``||r|| <= max(tol * ||b||, atol)``.
+        atol: absolute tolerance on the residual.
+        maxiter: iteration cap; None means the number of scalar unknowns.
+        check_every: convergence check period (iterations) of Warp's CG.
+        use_cuda_graph: capture iterations in a CUDA graph on GPU.
+        compute_residual: unused (CG reports its own residual); accepted for interface symmetry.
+    """
+
+    name = "cg"
+    PRECONDITIONERS = {"none": "id", "diag": "diag", "block_jacobi": "block_jacobi_direct"}
+
+    def __init__(
+        self,
+        preconditioner: str = "block_jacobi",
+        tol: float = 1e-8,
+        atol: float = 0.0,
+        maxiter: int | None = None,
+        check_every: int = 10,
+        use_cuda_graph: bool = True,
+        compute_residual: bool = True,
+    ):
+        super().__init__(compute_residual)
+        if preconditioner not in self.PRECONDITIONERS:
+            raise ValueError(f"preconditioner: expected one of {tuple(self.PRECONDITIONERS)}, got {preconditioner!r}")
+        if not tol >= 0.0 or not atol >= 0.0:
+            raise ValueError(f"tol, atol: expected >= 0, got tol={tol}, atol={atol}")
+        if maxiter is not None and int(maxiter) < 1:
+            raise ValueError(f"maxiter: expected a positive int or None, got {maxiter}")
+        if int(check_every) < 1:
+            raise ValueError(f"check_every: expected >= 1, got {check_every}")
+        self.preconditioner = preconditioner
+        self.tol = float(tol)
+        self.atol = float(atol)
+        self.maxiter = None if maxiter is None else int(maxiter)
+        self.check_every = int(check_every)
+        self.use_cuda_graph = bool(use_cuda_graph)
+        self._state = None
+
+    def solve(self, A, b, x):
+        from warp.optim import linear as wpl
+
+        _check_system(A, b, x)
+        device = A.device
+        t0 = _now(device)
+        key = (b.shape, b.dtype, str(device), A.nrow)
+        if self._state is None or self._pattern != key:
+            self._state = wpl.cg(
+                A,
+                b,
+                x,
+                tol=self.tol,
+                atol=self.atol,
+                maxiter=self.maxiter or 0,
+                check_every=self.check_every,
+                use_cuda_graph=self.use_cuda_graph,
+                run=False,
+            )
+            self._pattern = key
+        analysis_ms = _ms_since(t0, device)
+
+        t0 = time.perf_counter()
+        ptype = self.PRECONDITIONERS[self.preconditioner]
+        M = None if ptype == "id" else wpl.preconditioner(A, ptype)
+        factor_ms = _ms_since(t0, device)
+
+        t0 = time.perf_counter()
+        iterations, residual, abs_tol = self._state(A=A, b=b, x=x, M=M)
+        solve_ms = _ms_since(t0, device)
+        iterations, residual, abs_tol = int(iterations), float(residual), float(abs_tol)
+        if not math.isfinite(residual):
+            raise LinearSolveError(f"cg: residual became {residual} (indefinite or non-finite matrix?)")
+        converged = residual <= abs_tol * (1.0 + 1e-12)
+        return LinearSolveInfo(self.name, iterations, residual, analysis_ms, factor_ms, solve_ms, converged)
+
+    def invalidate_pattern(self) -> None:
+        self._pattern = None
+        self._state = None
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# GPU back-ends: CuPy and cuDSS (nvmath-python)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _import_cupy():
+    try:
+        import cupy
+        import cupyx.scipy.sparse
+        import cupyx.scipy.sparse.linalg  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"the 'cupy' linear back-end needs CuPy: {_CUPY_INSTALL}") from exc
+    return cupy
+
+
+def _import_nvmath():
+    try:
+        import nvmath.sparse.advanced as nva
+    except ImportError as exc:
+        raise ImportError(f"the 'cudss' linear back-end needs nvmath-python with cuDSS: {_CUDSS_INSTALL}") from exc
+    _import_cupy()
+    return nva
+
+
+def _require_cuda(A, name: str) -> None:
+    if not A.device.is_cuda:
+        raise ValueError(f"the {name!r} linear back-end runs on a CUDA device, got a matrix on {A.device}")
+
+
+class _GpuCsrSolver(LinearSolver):
+    """Common part of the CuPy and cuDSS back-ends: zero-copy CuPy views of our CSR buffers on Warp's stream."""
+
+    def __init__(self, compute_residual: bool = True):
+        super().__init__(compute_residual)
+        self._cp = _import_cupy()
+        self._csr = None
+
+    def _stream(self, device):
+        cp = self._cp
+        stream = wp.get_stream(device)
+        return cp.cuda.Device(device.ordinal), cp.cuda.ExternalStream(stream.cuda_stream, device.ordinal)
+
+    def _views(self, device):
+        cp = self._cp
+        import cupyx.scipy.sparse as cpsp
+
+        csr = self._csr
+        n = csr.size
+        data = cp.asarray(csr.data)[: csr.nnz]
+        indices = cp.asarray(csr.indices)[: csr.nnz]
+        indptr = cp.asarray(csr.indptr)
+        return cpsp.csr_matrix((data, indices, indptr), shape=(n, n), copy=False)
+
+    @staticmethod
+    def _flat(cp, arr: wp.array):
+        return cp.asarray(arr).reshape(-1)
+
+
+class CupySolver(_GpuCsrSolver):
+    """``cupyx.scipy.sparse.linalg.spsolve`` (cuSOLVER) on a zero-copy CuPy CSR view (GPU only).
+
+    Args:
+        compute_residual: compute ``||b - A x||`` after each solve (one SpMV).
+    """
+
+    name = "cupy"
+
+    def __init__(self, compute_residual: bool = True):
+        super().__init__(compute_residual)
+
+    def solve(self, A, b, x):
+        import cupyx.scipy.sparse.linalg as cpla
+
+        _check_system(A, b, x)
+        _require_cuda(A, self.name)
+        device = A.device
+        cp = self._cp
+        dev_ctx, stream_ctx = self._stream(device)
+        with dev_ctx, stream_ctx:
+            t0 = _now(device)
+            key = _pattern_key(A)
+            if self._pattern != key:
+                self._csr = _CsrBuffers(A)
+                self._mat = self._views(device)
+                self._pattern = _pattern_key(A)  # after nnz_sync() made A.nnz exact
+            analysis_ms = _ms_since(t0, device)
+
+            t0 = time.perf_counter()
+            self._csr.update_values(A)
+            factor_ms = _ms_since(t0, device)
+
+            t0 = time.perf_counter()
+            try:
+                sol = cpla.spsolve(self._mat, self._flat(cp, b))
+            except Exception as exc:  # cuSOLVER errors surface as several exception types
+                raise LinearSolveError(f"cupy: spsolve failed: {exc}") from exc
+            self._flat(cp, x)[...] = sol.astype(self._mat.dtype, copy=False)
+            solve_ms = _ms_since(t0, device)
+        return LinearSolveInfo(self.name, 1, self._residual(A, b, x), analysis_ms, factor_ms, solve_ms)
+
+
+class CudssSolver(_GpuCsrSolver):
+    """cuDSS sparse direct solver through ``nvmath.sparse.advanced.DirectSolver`` (GPU only).
+
+    Reordering + symbolic factorization (``plan()``) run once per sparsity pattern; each :meth:`solve` refills the CSR
+    values in place (same device buffers, so the plan stays valid), refactorizes numerically and solves.
+
+    Args:
+        matrix_type: ``"general"`` (LU, default), ``"symmetric"`` (LDLt) or ``"spd"`` (Cholesky; a projected Hessian
+            with a positive eigenvalue floor is SPD).
+        reordering: optional cuDSS reordering algorithm number (``DirectSolverAlgType``, e.g. 0 default, 1, 2, 3).
+        compute_residual: compute ``||b - A x||`` after each solve (one SpMV).
+    """
+
+    name = "cudss"
+    MATRIX_TYPES = ("general", "symmetric", "spd")
+
+    def __init__(self, matrix_type: str = "general", reordering: int | None = None, compute_residual: bool = True):
+        super().__init__(compute_residual)
+        if matrix_type not in self.MATRIX_TYPES:
+            raise ValueError(f"matrix_type: expected one of {self.MATRIX_TYPES}, got {matrix_type!r}")
+        self._nva = _import_nvmath()
+        self.matrix_type = matrix_type
+        self.reordering = reordering
+        self._solver = None
+        self._quiet = logging.getLogger("warp_meshad.linear.cudss")
+        if self._quiet.level == logging.NOTSET:
+            self._quiet.setLevel(logging.ERROR)
+
+    def _free(self) -> None:
+        if self._solver is not None:
+            try:
+                self._solver.free()
+            finally:
+                self._solver = None
+
+    def __del__(self):
+        try:
+            self._free()
+        except Exception:
+            pass
+
+    def invalidate_pattern(self) -> None:
+        self._free()
+        self._pattern = None
+
+    def _build(self, A, device) -> None:
+        nva = self._nva
+        cp = self._cp
+        self._free()
+        self._csr = _CsrBuffers(A)
+        self._csr.update_values(A)
+        self._mat = self._views(device)
+        self._rhs = cp.zeros(self._csr.size, dtype=self._mat.dtype)
+        mtype = {
+            "general": nva.DirectSolverMatrixType.GENERAL,
+            "symmetric": nva.DirectSolverMatrixType.SYMMETRIC,
+            "spd": nva.DirectSolverMatrixType.SPD,
+        }[self.matrix_type]
+        options = nva.DirectSolverOptions(sparse_system_type=mtype, logger=self._quiet)
+        stream = wp.get_stream(device).cuda_stream
+        self._solver = nva.DirectSolver(self._mat, self._rhs, options=options, stream=stream)
+        if self.reordering is not None:
+            self._solver.plan_config.reordering_algorithm = nva.DirectSolverAlgType(self.reordering)
+        self._solver.plan(stream=stream)
+
+    def solve(self, A, b, x):
+        _check_system(A, b, x)
+        _require_cuda(A, self.name)
+        device = A.device
+        cp = self._cp
+        stream = wp.get_stream(device).cuda_stream
+        dev_ctx, stream_ctx = self._stream(device)
+        with dev_ctx, stream_ctx:
+            t0 = _now(device)
+            key = _pattern_key(A)
+            try:
+                if self._pattern != key or self._solver is None:
+                    self._build(A, device)
+                    self._pattern = _pattern_key(A)  # after nnz_sync() made A.nnz exact
+                analysis_ms = _ms_since(t0, device)
+
+                t0 = time.perf_counter()
+                self._csr.update_values(A)
+                self._rhs[...] = self._flat(cp, b)
+                self._solver.factorize(stream=stream)
+                factor_ms = _ms_since(t0, device)
+
+                t0 = time.perf_counter()
+                sol = self._solver.solve(stream=stream)
+                self._flat(cp, x)[...] = sol.reshape(-1)
+                solve_ms = _ms_since(t0, device)
+            except ImportError:
+                raise
+            except Exception as exc:
+                self.invalidate_pattern()
+                raise LinearSolveError(f"cudss: {type(exc).__name__}: {exc}") from exc
+        residual = self._residual(A, b, x)
+        if not math.isfinite(residual) and self.compute_residual:
+            raise LinearSolveError(f"cudss: residual is {residual} (singular matrix?)")
+        return LinearSolveInfo(self.name, 1, residual, analysis_ms, factor_ms, solve_ms)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Factory and "auto"
+# ----------------------------------------------------------------------------------------------------------------------
+
+_BACKENDS = {"scipy": ScipySolver, "cg": CGSolver, "cupy": CupySolver, "cudss": CudssSolver}
+_probe_cache: dict[tuple[str, str], bool] = {}
+_logged_auto: set[tuple[str, str]] = set()
+
+
+def _probe(name: str, device) -> bool:
+    """True if back-end ``name`` imports and solves a 2x2 SPD system on ``device`` (cached per device)."""
+    key = (name, str(device))
+    if key not in _probe_cache:
+        ok = False
+        try:
+            solver = _BACKENDS[name]()
+            rows = wp.array([0, 0, 1, 1], dtype=int, device=device)
+            cols = wp.array([0, 1, 0, 1], dtype=int, device=device)
+            vals = wp.array([4.0, 1.0, 1.0, 3.0], dtype=wp.float64, device=device)
+            A = wps.bsr_from_triplets(2, 2, rows, cols, vals)
+            b = wp.array([1.0, 2.0], dtype=wp.float64, device=device)
+            x = wp.zeros(2, dtype=wp.float64, device=device)
+            solver.solve(A, b, x)
+            ok = bool(np.allclose(x.numpy(), [1.0 / 11.0, 7.0 / 11.0], atol=1e-8))
+        except Exception as exc:  # any failure means "does not work here"
+            _logger.debug("linear back-end %r unusable on %s: %s", name, device, exc)
+            ok = False
+        _probe_cache[key] = ok
+    return _probe_cache[key]
+
+
+def _filter_options(cls, options: dict) -> dict:
+    accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
+    return {k: v for k, v in options.items() if k in accepted}
+
+
+def make_linear_solver(name: str = "auto", *, device=None, **options) -> LinearSolver:
+    """Create a linear back-end by name.
+
+    Args:
+        name: one of :data:`LINEAR_SOLVER_NAMES`: ``"auto"``, ``"scipy"``, ``"cg"``, ``"cupy"``, ``"cudss"``.
+        device: device the systems will live on (only used by ``"auto"``); default ``wp.get_device()``.
+        **options: keyword options of the chosen back-end class (:class:`ScipySolver`, :class:`CGSolver`,
+            :class:`CupySolver`, :class:`CudssSolver`). With ``"auto"``, each option goes to the picked back-end only if
+            that back-end accepts it; an option that no back-end accepts is an error.
+
+    Returns:
+        The back-end instance; ``solver.name`` says which one (for ``"auto"``, the one picked).
+
+    Raises:
+        ValueError: unknown ``name`` (the message lists the valid ones).
+        TypeError: an option the back-end does not accept.
+        ImportError: an optional package is missing (the message names the pip extra to install).
+    """
+    if isinstance(name, LinearSolver):
+        if options:
+            raise TypeError(f"options {sorted(options)} given with a LinearSolver instance")
+        return name
+    if name not in LINEAR_SOLVER_NAMES:
+        raise ValueError(f"unknown linear solver {name!r}; expected one of {LINEAR_SOLVER_NAMES}")
+    if name != "auto":
+        cls = _BACKENDS[name]
+        unknown = set(options) - (set(inspect.signature(cls.__init__).parameters) - {"self"})
+        if unknown:
+            raise TypeError(f"{name!r} linear solver: unknown options {sorted(unknown)}")
+        return cls(**options)
+
+    all_accepted = set()
+    for cls in _BACKENDS.values():
+        all_accepted |= set(inspect.signature(cls.__init__).parameters) - {"self"}
+    unknown = set(options) - all_accepted
+    if unknown:
+        raise TypeError(f"'auto' linear solver: unknown options {sorted(unknown)}")
+
+    device = wp.get_device(device)
+    if device.is_cuda:
+        candidates = ["cudss", "cupy"]
+        picked = next((c for c in candidates if _probe(c, device)), "cg")
+    else:
+        picked = "scipy"
+    key = (str(device), picked)
+    if key not in _logged_auto:
+        _logged_auto.add(key)
+        _logger.info("linear solver 'auto' picked %r on %s", picked, device)
+    cls = _BACKENDS[picked]
+    return cls(**_filter_options(cls, options))

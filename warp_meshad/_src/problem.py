@@ -1,0 +1,471 @@
+"""The objective F(x) = sum over terms T, over elements j of T: w_T f_T(x_j), and its derivatives.
+
+Every term is one user energy (a ``@wp.func``) over the variables of one element; elements are
+rows of an integer array. Energies run unchanged as plain values, gradient duals and
+gradient + Hessian duals (see :mod:`warp_meshad._src.energy`); derivatives are scattered into
+storage preallocated from the topology (see :mod:`warp_meshad._src.pattern`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+
+import numpy as np
+import warp as wp
+import warp.sparse as wps
+
+from warp_meshad.kernels import _dualgen
+
+from .energy import describe_energy, instantiate
+from .kernelgen import KernelSpec, make_kernel
+from .pattern import build_hessian_pattern, build_jacobian_pattern
+
+__all__ = ["Problem"]
+
+_PROJECTION_MODES = {"clamp": 0, "abs": 1}
+_KERNELS: dict = {}  # (energy id, mode, shape, data type) -> wp.Kernel, shared by all problems
+_MODULE_OWNERS: dict = {}  # Warp module name -> id of the energy it was made for
+_NAMED_VECTORS = {
+    (2, wp.float32): wp.vec2f, (3, wp.float32): wp.vec3f, (4, wp.float32): wp.vec4f,
+    (2, wp.float64): wp.vec2d, (3, wp.float64): wp.vec3d, (4, wp.float64): wp.vec4d,
+}
+_NAMED_MATRICES = {
+    (2, wp.float32): wp.mat22f, (3, wp.float32): wp.mat33f, (4, wp.float32): wp.mat44f,
+    (2, wp.float64): wp.mat22d, (3, wp.float64): wp.mat33d, (4, wp.float64): wp.mat44d,
+}
+
+
+def _dtype_name(t) -> str:
+    return getattr(t, "__name__", None) or str(t)
+
+
+class _Term:
+    """One added term: elements, energy, data, and its kernels per mode (built on first use)."""
+
+    def __init__(self, index, elements, energy, info, data, weight, spec, residual, label):
+        self.index = index
+        self.elements_np = elements
+        self.elements = None
+        self.energy = energy
+        self.info = info
+        self.data = data
+        self.data_type = None if data is None else data._cls
+        self.weight = weight
+        self.spec = spec
+        self.residual = residual
+        self.label = label
+        self.kernels = {}
+        self.slots = None
+        self.jslots = None
+        self.row_start = 0
+
+    @property
+    def count(self) -> int:
+        return int(self.elements_np.shape[0])
+
+
+class Problem:
+    """A sum of local energy terms over mesh elements, differentiated to second order.
+
+    Args:
+        variable_count: number of variables n (vertices, faces, ...).
+        variable_dim: scalars per variable (1 gives scalar variables; 2, 3, 4 give vectors).
+        dtype: ``wp.float32`` or ``wp.float64``.
+        device: Warp device ("cpu", "cuda:0", ...); default: Warp's default device.
+
+    Variables ``x`` are a ``wp.array`` of shape [variable_count] with dtype ``vec{variable_dim}``
+    of ``dtype`` (or ``dtype`` itself when ``variable_dim == 1``), on ``device``.
+
+    Returned gradients, Hessians and products are this problem's preallocated buffers: they stay
+    valid until the next evaluation of the same kind (copy them to keep them).
+    """
+
+    def __init__(self, variable_count: int, variable_dim: int = 3, dtype=wp.float64, device=None):
+        if not isinstance(variable_count, (int, np.integer)) or isinstance(variable_count, bool) or variable_count < 1:
+            raise ValueError(f"Problem(variable_count=...) must be a positive int, got {variable_count!r}")
+        if not isinstance(variable_dim, (int, np.integer)) or not 1 <= variable_dim <= 16:
+            raise ValueError(f"Problem(variable_dim=...) must be an int in 1..16, got {variable_dim!r}")
+        if dtype not in (wp.float32, wp.float64):
+            raise ValueError(f"Problem(dtype=...) must be wp.float32 or wp.float64, got {_dtype_name(dtype)}")
+        self.variable_count = int(variable_count)
+        self.variable_dim = int(variable_dim)
+        self.dtype = dtype
+        self.device = wp.get_device(device)
+        d = self.variable_dim
+        self.variable_type = dtype if d == 1 else _NAMED_VECTORS.get((d, dtype)) or wp.types.vector(length=d, dtype=dtype)
+        self.block_type = dtype if d == 1 else _NAMED_MATRICES.get((d, dtype)) or wp.types.matrix(shape=(d, d), dtype=dtype)
+        self.terms: list[_Term] = []
+        self._energy = wp.zeros(1, dtype=dtype, device=self.device)
+        self._energy_host = wp.zeros(1, dtype=dtype, device="cpu", pinned=self.device.is_cuda)
+        self._grad = wp.zeros(self.variable_count, dtype=self.variable_type, device=self.device)
+        self._hv = None
+        self._hess = None
+        self._pattern = None
+        self._jac = None
+        self._res = None
+        self._jpattern = None
+
+    # ------------------------------------------------------------------------------------------
+    # terms
+    # ------------------------------------------------------------------------------------------
+
+    def add_term(self, elements, energy, data=None, weight: float = 1.0, name: str | None = None) -> int:
+        """Add the term ``weight * sum_j energy(j, x[elements[j, 0]], ..., data)``.
+
+        Args:
+            elements: int array (m, valence) of variable indices (numpy, list or ``wp.array2d``).
+            energy: ``@wp.func`` taking the element index, then ``valence`` variables (each a
+                ``vec{variable_dim}``, or a scalar when ``variable_dim == 1``), then ``data`` if
+                given; returns a scalar. Written with ordinary operators and ``ad.*``.
+            data: a ``@wp.struct`` instance passed to every call, or None.
+            weight: scalar factor of the term.
+            name: label used in messages and kernel names (default: the energy's name).
+
+        Returns:
+            The index of the term.
+
+        Raises:
+            TypeError, ValueError: on a bad argument, naming it, before any launch.
+        """
+        return self._add(elements, energy, data, weight, name, residual=False)
+
+    def add_residual_term(self, elements, residual, data=None, weight: float = 1.0, name: str | None = None) -> int:
+        """Add a vector-valued term: residuals r_j in R^c (c = 1..4) per element.
+
+        The term contributes ``weight / 2 * |r_j|^2`` to the energy (so Newton and Gauss-Newton
+        see a least-squares objective) and ``sqrt(weight) * r_j`` rows to
+        :meth:`eval_residuals_with_jacobian`.
+
+        Args:
+            elements: int array (m, valence) of variable indices.
+            residual: ``@wp.func`` like an energy, returning a scalar or a ``vec2/3/4`` (built with
+                ``ad.vec2/vec3/vec4`` so it works on duals).
+            data, weight, name: as in :meth:`add_term`; weight must be >= 0.
+        """
+        return self._add(elements, residual, data, weight, name, residual=True)
+
+    def _add(self, elements, energy, data, weight, name, residual):
+        what = "add_residual_term" if residual else "add_term"
+        argname = "residual" if residual else "energy"
+        info = describe_energy(energy, f"{what}({argname}=...)")
+        el = self._check_elements(elements, what)
+        valence = el.shape[1]
+        expected = 1 + valence + (0 if data is None else 1)
+        if len(info.arg_names) != expected:
+            has = "with" if data is not None else "without"
+            raise ValueError(
+                f"{what}({argname}={info.name}): elements have valence {valence}, so the {argname} must take "
+                f"{expected} arguments (element index, {valence} variables{', data' if data is not None else ''}) "
+                f"when called {has} data; it takes {len(info.arg_names)}: ({', '.join(info.arg_names)})"
+            )
+        if data is not None and not isinstance(data, wp._src.codegen.StructInstance):
+            raise TypeError(f"{what}(data=...) must be an instance of a @wp.struct, got {type(data).__name__}")
+        try:
+            weight = float(weight)
+        except (TypeError, ValueError):
+            raise TypeError(f"{what}(weight=...) must be a real number, got {weight!r}") from None
+        if not np.isfinite(weight) or (residual and weight < 0.0):
+            raise ValueError(f"{what}(weight=...) must be finite{' and >= 0' if residual else ''}, got {weight}")
+        spec = KernelSpec(valence, self.variable_dim, self.dtype, data is not None)
+        label = name or info.name
+        term = _Term(len(self.terms), el, energy, info, data, weight, spec, residual, label)
+        rtype = self._probe_return_type(term, what, argname)
+        if residual:
+            rdim = self._residual_dim(rtype)
+            if rdim is None:
+                raise ValueError(
+                    f"{what}(residual={info.name}) must return a scalar or a vector of 2-4 {_dtype_name(self.dtype)}"
+                    f" (build it with ad.vec2/ad.vec3/ad.vec4); it returns {_dtype_name(rtype)}"
+                )
+            spec.residual_dim = rdim
+        elif rtype is not self.dtype:
+            raise ValueError(
+                f"{what}(energy={info.name}) must return a scalar of dtype {_dtype_name(self.dtype)}; "
+                f"it returns {_dtype_name(rtype)}"
+            )
+        if spec.k > 64:
+            raise ValueError(f"{what}: valence {valence} x variable_dim {self.variable_dim} = {spec.k} exceeds 64 variables")
+        term.elements = wp.array(el, dtype=wp.int32, device=self.device)
+        self.terms.append(term)
+        self._pattern = None
+        self._jpattern = None
+        return term.index
+
+    def _residual_dim(self, rtype):
+        if rtype is self.dtype:
+            return 1
+        if wp.types.type_is_vector(rtype) and rtype._wp_scalar_type_ is self.dtype and 2 <= rtype._length_ <= 4:
+            return int(rtype._length_)
+        return None
+
+    def _check_elements(self, elements, what):
+        if isinstance(elements, wp.array):
+            elements = elements.numpy()
+        arr = np.asarray(elements)
+        if arr.dtype == object or arr.ndim != 2:
+            raise ValueError(
+                f"{what}(elements=...) must be an integer array of shape (m, valence); got shape {arr.shape}"
+                + (" (a 1-D array: use elements[:, None] for one variable per element)" if arr.ndim == 1 else "")
+            )
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"{what}(elements=...) must have an integer dtype, got {arr.dtype}")
+        if arr.shape[0] == 0 or arr.shape[1] == 0:
+            raise ValueError(f"{what}(elements=...) is empty: shape {arr.shape}")
+        bad = np.argwhere((arr < 0) | (arr >= self.variable_count))
+        if bad.size:
+            e, a = bad[0]
+            raise ValueError(
+                f"{what}(elements=...) has {len(bad)} indices out of range [0, {self.variable_count}): "
+                f"first elements[{e}, {a}] = {arr[e, a]}"
+            )
+        return np.ascontiguousarray(arr, dtype=np.int32)
+
+    # ------------------------------------------------------------------------------------------
+    # kernels
+    # ------------------------------------------------------------------------------------------
+
+    def _module(self, term: _Term, mode: str):
+        """The Warp module of one (energy, shape, mode): named from the energy's source so Warp's
+        kernel cache is reused across processes; a different energy object with the same source
+        (other closure values) gets a numbered name of its own."""
+        h = hashlib.sha1()
+        h.update(inspect.getsource(term.energy.func).encode())
+        h.update(repr((term.spec.signature(), mode, term.data_type.key if term.data_type else "")).encode())
+        base = f"wm_{term.info.name}_{mode}_{h.hexdigest()[:12]}"
+        name, i = base, 1
+        while _MODULE_OWNERS.setdefault(name, id(term.energy)) != id(term.energy):
+            i += 1
+            name = f"{base}_{i}"
+        return wp.get_module(name)
+
+    def _instance(self, term: _Term, mode: str, module):
+        plain = mode in ("probe", "energy", "residual")
+        if plain:
+            ns = _dualgen.load(0, None, "plain")
+            vt = self.variable_type
+            vec_t = vt
+        else:
+            dual_mode = "grad" if mode in ("gradient", "jacobian", "gauss_newton") else "hess"
+            ns = _dualgen.load(term.spec.k, self.dtype, dual_mode)
+            vec_t = ns.Dual if self.variable_dim == 1 else getattr(ns, f"DVec{self.variable_dim}", None)
+            if vec_t is None:
+                raise ValueError(f"dual variables support variable_dim 1..4, got {self.variable_dim}")
+        types = [None] + [vec_t] * term.spec.valence + ([None] if term.spec.has_data else [])
+        return instantiate(term.energy, ns, types, module, self.dtype), ns
+
+    def _kernel(self, term: _Term, mode: str):
+        kern = term.kernels.get(mode)
+        if kern is None:
+            key = (id(term.energy), mode, term.spec.signature(), term.data_type.key if term.data_type else "")
+            hit = _KERNELS.get(key)
+            if hit is None:
+                module = self._module(term, mode)
+                fn, ns = self._instance(term, mode, module)
+                hit = (make_kernel(term.spec, mode, fn, ns, term.data_type, term.info.name), term.energy)
+                _KERNELS[key] = hit  # holding the energy keeps its id from being reused
+            kern = hit[0]
+            term.kernels[mode] = kern
+        return kern
+
+    def _probe_return_type(self, term: _Term, what: str, argname: str):
+        """Generate code (no compilation) for a kernel that calls the energy once; read its return type."""
+        key = (id(term.energy), "probe", term.spec.signature(), term.data_type.key if term.data_type else "")
+        hit = _KERNELS.get(key)
+        if hit is not None:
+            return hit[0]
+        module = self._module(term, "probe")
+        try:
+            fn, _ = self._instance(term, "probe", module)
+            make_kernel(term.spec, "probe", fn, None, term.data_type, term.info.name)
+            wp._src.context.ModuleBuilder(module, module.options)
+        except Exception as exc:  # codegen errors carry the user's line
+            raise ValueError(
+                f"{what}({argname}={term.info.name}): the {argname} does not compile for variables of type "
+                f"{_dtype_name(self.variable_type)}: {exc}"
+            ) from exc
+        ret = getattr(fn.adj, "return_var", None)
+        if not ret:
+            raise ValueError(f"{what}({argname}={term.info.name}) returns nothing; it must return a scalar")
+        if len(ret) != 1:
+            raise ValueError(f"{what}({argname}={term.info.name}) returns {len(ret)} values; it must return one")
+        rtype = wp._src.codegen.strip_reference(ret[0].type)
+        _KERNELS[key] = (rtype, term.energy)
+        return rtype
+
+    # ------------------------------------------------------------------------------------------
+    # storage
+    # ------------------------------------------------------------------------------------------
+
+    def _ensure_pattern(self):
+        if self._pattern is not None:
+            return
+        if not self.terms:
+            raise RuntimeError("the problem has no terms: call add_term first")
+        pat = build_hessian_pattern(self.variable_count, [t.elements_np for t in self.terms])
+        for t, s in zip(self.terms, pat.slots):
+            t.slots = wp.array(s, dtype=wp.int32, device=self.device)
+        n = self.variable_count
+        H = wps.bsr_zeros(n, n, self.block_type, device=self.device)
+        H.offsets = wp.array(pat.offsets, dtype=wp.int32, device=self.device)
+        H.columns = wp.array(pat.columns, dtype=wp.int32, device=self.device)
+        H.values = wp.zeros(pat.nnz, dtype=self.block_type, device=self.device)
+        H.notify_nnz_changed(pat.nnz)
+        self._hess = H
+        self._pattern = pat
+
+    def _ensure_jacobian_pattern(self):
+        if self._jpattern is not None:
+            return
+        res = [t for t in self.terms if t.residual]
+        if not res:
+            raise RuntimeError("the problem has no residual terms: call add_residual_term first")
+        pat = build_jacobian_pattern(self.variable_count, [(t.elements_np, t.spec.residual_dim) for t in res])
+        for t, s, start in zip(res, pat.slots, pat.row_starts):
+            t.jslots = wp.array(s, dtype=wp.int32, device=self.device)
+            t.row_start = int(start)
+        d = self.variable_dim
+        jblock = self.dtype if d == 1 else wp.types.matrix(shape=(1, d), dtype=self.dtype)
+        J = wps.bsr_zeros(pat.row_count, self.variable_count, jblock, device=self.device)
+        J.offsets = wp.array(pat.offsets, dtype=wp.int32, device=self.device)
+        J.columns = wp.array(pat.columns, dtype=wp.int32, device=self.device)
+        J.values = wp.zeros(pat.nnz, dtype=jblock, device=self.device)
+        J.notify_nnz_changed(pat.nnz)
+        self._jac = J
+        self._res = wp.zeros(pat.row_count, dtype=self.dtype, device=self.device)
+        self._jpattern = pat
+
+    @property
+    def hessian_block_count(self) -> int:
+        """Number of stored d x d blocks of the Hessian (builds the pattern if needed)."""
+        self._ensure_pattern()
+        return self._pattern.nnz
+
+    def _check_vector(self, x, argname: str, fn: str):
+        n, vt = self.variable_count, self.variable_type
+        want = f"a wp.array of shape ({n},), dtype {_dtype_name(vt)}, on device {self.device}"
+        if not isinstance(x, wp.array):
+            raise TypeError(f"{fn}({argname}=...) must be {want}; got {type(x).__name__}")
+        if x.ndim != 1 or x.shape[0] != n:
+            raise ValueError(f"{fn}({argname}=...) must be {want}; got shape {x.shape}")
+        if not wp.types.types_equal(x.dtype, vt):
+            raise ValueError(f"{fn}({argname}=...) must be {want}; got dtype {_dtype_name(x.dtype)}")
+        if x.device != self.device:
+            raise ValueError(f"{fn}({argname}=...) must be {want}; got device {x.device}")
+
+    def _launch(self, term: _Term, mode: str, extra: list):
+        inputs = [term.elements, None]
+        if term.data is not None:
+            inputs.append(term.data)
+        inputs.append(self.dtype(term.weight))
+        inputs[1] = extra[0]
+        wp.launch(self._kernel(term, mode), dim=term.count, inputs=inputs + extra[1:], device=self.device)
+
+    def _read_energy(self) -> float:
+        wp.copy(self._energy_host, self._energy)
+        if self.device.is_cuda:
+            wp.synchronize_device(self.device)
+        return float(self._energy_host.numpy()[0])
+
+    # ------------------------------------------------------------------------------------------
+    # evaluation
+    # ------------------------------------------------------------------------------------------
+
+    def eval(self, x) -> float:
+        """Energy F(x) (plain values, no derivatives). An element may return +inf (invalid state)."""
+        self._check_vector(x, "x", "eval")
+        self._energy.zero_()
+        for t in self.terms:
+            self._launch(t, "energy", [x, self._energy])
+        return self._read_energy()
+
+    def eval_with_gradient(self, x):
+        """Energy and gradient.
+
+        Returns:
+            (f, g): f a float, g a wp.array [variable_count] of the variable dtype (preallocated).
+        """
+        self._check_vector(x, "x", "eval_with_gradient")
+        self._energy.zero_()
+        self._grad.zero_()
+        for t in self.terms:
+            self._launch(t, "gradient", [x, self._energy, self._grad])
+        return self._read_energy(), self._grad
+
+    def _eval_hessian(self, x, fn, mode, extra=()):
+        self._check_vector(x, "x", fn)
+        self._ensure_pattern()
+        self._energy.zero_()
+        self._grad.zero_()
+        self._hess.values.zero_()
+        for t in self.terms:
+            m = mode if (mode != "gauss_newton" or t.residual) else "hessian"
+            ex = list(extra) if m == "hessian_proj" else []
+            self._launch(t, m, [x, self._energy, self._grad, *ex, t.slots, self._hess.values])
+        return self._read_energy(), self._grad, self._hess
+
+    def eval_with_hessian(self, x):
+        """Energy, gradient and sparse Hessian.
+
+        Returns:
+            (f, g, H): H a ``warp.sparse.BsrMatrix`` (n x n blocks of d x d), pattern fixed by the terms.
+        """
+        return self._eval_hessian(x, "eval_with_hessian", "hessian")
+
+    def eval_with_hessian_proj(self, x, mode: str = "clamp", eps: float = 1e-9):
+        """Like :meth:`eval_with_hessian`, with every element Hessian projected to PSD first.
+
+        Args:
+            mode: ``"clamp"`` replaces eigenvalues below ``eps`` by ``eps`` (TinyAD); ``"abs"`` takes
+                absolute values, then clamps at ``eps``.
+            eps: smallest eigenvalue kept.
+        """
+        if mode not in _PROJECTION_MODES:
+            raise ValueError(f"eval_with_hessian_proj(mode=...) must be one of {sorted(_PROJECTION_MODES)}, got {mode!r}")
+        extra = (self.dtype(eps), _PROJECTION_MODES[mode])
+        return self._eval_hessian(x, "eval_with_hessian_proj", "hessian_proj", extra)
+
+    def eval_gauss_newton(self, x):
+        """Energy, gradient and Gauss-Newton Hessian: residual terms give sum w J_j^T J_j (assembled
+        per element into the Hessian pattern, no sparse product); scalar terms their exact Hessian."""
+        return self._eval_hessian(x, "eval_gauss_newton", "gauss_newton")
+
+    def hessian_vector_product(self, x, v):
+        """Matrix-free H(x) v: element Hessians applied locally, nothing assembled.
+
+        Returns:
+            wp.array [variable_count] (preallocated).
+        """
+        self._check_vector(x, "x", "hessian_vector_product")
+        self._check_vector(v, "v", "hessian_vector_product")
+        if self._hv is None:
+            self._hv = wp.zeros(self.variable_count, dtype=self.variable_type, device=self.device)
+        self._energy.zero_()
+        self._hv.zero_()
+        for t in self.terms:
+            self._launch(t, "hvp", [x, self._energy, self._grad, v, self._hv])
+        return self._hv
+
+    def eval_residuals(self, x):
+        """Stacked weighted residuals sqrt(w) r_j of all residual terms, wp.array [row_count]."""
+        self._check_vector(x, "x", "eval_residuals")
+        self._ensure_jacobian_pattern()
+        for t in self.terms:
+            if t.residual:
+                self._launch(t, "residual", [x, t.row_start, self._res])
+        return self._res
+
+    def eval_residuals_with_jacobian(self, x):
+        """Residuals and their sparse Jacobian.
+
+        Returns:
+            (r, J): r a wp.array [row_count]; J a ``warp.sparse.BsrMatrix`` with row_count rows of
+            1 x variable_dim blocks (scalar blocks when variable_dim == 1).
+        """
+        self._check_vector(x, "x", "eval_residuals_with_jacobian")
+        self._ensure_jacobian_pattern()
+        self._jac.values.zero_()
+        for t in self.terms:
+            if t.residual:
+                self._launch(t, "jacobian", [x, t.row_start, t.jslots, self._res, self._jac.values])
+        return self._res, self._jac

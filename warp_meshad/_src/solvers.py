@@ -1,0 +1,739 @@
+"""Nonlinear minimizers over a :class:`warp_meshad.Problem`: host-side drivers over device arrays.
+
+- :class:`NewtonSolver`: Newton / projected Newton (per-element PSD projection, TinyAD style) with an assembled
+  Hessian and any linear back-end of :mod:`warp_meshad._src.linear`.
+- :class:`NewtonCGSolver`: matrix-free truncated Newton: CG on ``problem.hessian_vector_product``, stopped at
+  negative curvature, with an Eisenstat-Walker forcing term.
+- :class:`GaussNewtonSolver`: Gauss-Newton for residual terms (``problem.eval_gauss_newton`` assembles
+  ``sum_j J_j^T J_j`` per element into the Hessian pattern), optional Levenberg damping.
+- :class:`LBFGSSolver`: limited-memory BFGS (two-loop recursion, history ``m``).
+- :class:`GradientDescentSolver`: steepest descent.
+
+All use Armijo backtracking (an energy of +inf or NaN rejects a trial), pin ``fixed`` variables (their gradient rows
+are zeroed and the Newton system gets symmetric Dirichlet rows), and stop on the first of: gradient norm <= tolerance,
+Newton decrement ``0.5 |d . g|`` < tolerance (Newton-type solvers, as TinyAD), relative energy change <=
+``energy_tolerance``, ``max_iterations``, a failed line search, or non-finite derivatives.
+
+The problem's returned gradient/Hessian/product buffers are overwritten by its next evaluation, so every driver copies
+what it keeps into its own preallocated arrays.
+"""
+
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import warp as wp
+import warp.sparse as wps
+
+from .constraints import apply_dirichlet, fixed_mask_from_indices, zero_fixed_rows
+from .line_search import armijo, axpy_into
+from .linear import LinearSolveError, LinearSolver, make_linear_solver
+
+__all__ = [
+    "GaussNewtonSolver",
+    "GradientDescentSolver",
+    "LBFGSSolver",
+    "NewtonCGSolver",
+    "NewtonSolver",
+    "SolveResult",
+]
+
+_PROJECTIONS = ("clamp", "abs")
+
+
+@dataclass
+class SolveResult:
+    """Outcome of a ``solve`` call.
+
+    Attributes:
+        x: the final point, a new wp.array [variable_count] of the problem's variable dtype (the input is untouched).
+        iterations: number of accepted or attempted steps (derivative evaluations that led to a step attempt).
+        energies: energy at the start and after every iteration (length ``iterations + 1``).
+        gradient_norms: ``||g||_2`` of the free variables at each evaluated point.
+        newton_decrements: ``0.5 |d . g|`` per iteration (Newton-type solvers; empty for L-BFGS / GD).
+        converged: True when a convergence test (gradient, decrement, energy change) stopped the solve.
+        reason: why it stopped: ``"gradient_norm"``, ``"newton_decrement"``, ``"energy_change"``, ``"max_iterations"``,
+            ``"line_search_failed"``, ``"non_finite_energy"``, ``"non_finite_gradient"``, ``"non_finite_hessian"``,
+            ``"linear_solve_failed"``, ``"callback"``.
+        time_ms: milliseconds per phase: ``derivatives``, ``linear_solve``, ``line_search``, ``total``.
+        step_sizes: accepted line-search step per iteration.
+        line_search_tries: energy evaluations of the line search per iteration.
+        linear_iterations: iterations reported by the linear solver per iteration (CG iterations; 1 for direct).
+        linear_solver: name of the linear back-end used, or None.
+    """
+
+    x: wp.array
+    iterations: int = 0
+    energies: list = field(default_factory=list)
+    gradient_norms: list = field(default_factory=list)
+    newton_decrements: list = field(default_factory=list)
+    converged: bool = False
+    reason: str = ""
+    time_ms: dict = field(default_factory=lambda: {"derivatives": 0.0, "linear_solve": 0.0, "line_search": 0.0})
+    step_sizes: list = field(default_factory=list)
+    line_search_tries: list = field(default_factory=list)
+    linear_iterations: list = field(default_factory=list)
+    linear_solver: str | None = None
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Private kernels and vector helpers
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@wp.kernel(enable_backward=False)
+def _scaled_copy(a: wp.array(dtype=Any), s: Any, out: wp.array(dtype=Any)):
+    # one thread per variable: out = s * a
+    i = wp.tid()
+    out[i] = s * a[i]
+
+
+@wp.kernel(enable_backward=False)
+def _lincomb(a: wp.array(dtype=Any), sa: Any, b: wp.array(dtype=Any), sb: Any, out: wp.array(dtype=Any)):
+    # one thread per variable: out = sa * a + sb * b
+    i = wp.tid()
+    out[i] = sa * a[i] + sb * b[i]
+
+
+def _scalar_of(arr: wp.array):
+    return getattr(arr.dtype, "_wp_scalar_type_", arr.dtype)
+
+
+def _scale_into(out: wp.array, s: float, a: wp.array) -> wp.array:
+    wp.launch(_scaled_copy, dim=a.shape[0], inputs=[a, _scalar_of(a)(s), out], device=a.device)
+    return out
+
+
+def _lincomb_into(out: wp.array, sa: float, a: wp.array, sb: float, b: wp.array) -> wp.array:
+    scalar = _scalar_of(a)
+    wp.launch(_lincomb, dim=a.shape[0], inputs=[a, scalar(sa), b, scalar(sb), out], device=a.device)
+    return out
+
+
+def _dot(a: wp.array, b: wp.array) -> float:
+    return float(wp.utils.array_inner(a, b))
+
+
+def _norm(a: wp.array) -> float:
+    v = _dot(a, a)
+    return math.sqrt(v) if v >= 0.0 else float("nan")
+
+
+_diag_kernels: dict = {}
+
+
+def _diag_add_kernel(block_type):
+    if block_type in _diag_kernels:
+        return _diag_kernels[block_type]
+    scalar = getattr(block_type, "_wp_scalar_type_", block_type)
+    if scalar == block_type:
+
+        def _add_to_diagonal(offsets: wp.array(dtype=int), columns: wp.array(dtype=int), nrow: int, value: scalar,
+                             values: wp.array(dtype=block_type)):
+            # one thread per block row: adds value to its diagonal entry when stored
+            r = wp.tid()
+            for k in range(offsets[r], offsets[r + 1]):
+                if columns[k] == r:
+                    values[k] = values[k] + value
+
+    else:
+        bs = block_type._shape_[0]
+
+        def _add_to_diagonal(offsets: wp.array(dtype=int), columns: wp.array(dtype=int), nrow: int, value: scalar,
+                             values: wp.array(dtype=block_type)):
+            # one thread per block row: adds value * I to its diagonal block when stored
+            r = wp.tid()
+            for k in range(offsets[r], offsets[r + 1]):
+                if columns[k] == r:
+                    values[k] = values[k] + wp.identity(n=bs, dtype=scalar) * value
+
+    kernel = wp.kernel(_add_to_diagonal, enable_backward=False, module="unique")
+    _diag_kernels[block_type] = kernel
+    return kernel
+
+
+def _add_to_diagonal(A: wps.BsrMatrix, value: float) -> None:
+    wp.launch(
+        _diag_add_kernel(A.values.dtype),
+        dim=A.nrow,
+        inputs=[A.offsets, A.columns, A.nrow, A.scalar_type(value), A.values],
+        device=A.device,
+    )
+
+
+def _now() -> float:
+    return time.perf_counter()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Base driver
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class _Driver:
+    """Shared state: problem, pins, line search settings, buffers, stopping tests."""
+
+    uses_newton_decrement = False
+
+    def __init__(
+        self,
+        problem,
+        fixed=None,
+        shrink: float = 0.8,
+        max_line_search_tries: int = 64,
+        armijo_c: float = 1e-4,
+        step_bound_fn: Callable[[wp.array, wp.array], float] | None = None,
+    ):
+        for attr in ("variable_count", "variable_type", "device", "eval", "eval_with_gradient"):
+            if not hasattr(problem, attr):
+                raise TypeError(f"problem: expected a warp_meshad Problem (missing {attr!r}), got {type(problem).__name__}")
+        self.problem = problem
+        self.shrink = float(shrink)
+        self.max_line_search_tries = int(max_line_search_tries)
+        self.armijo_c = float(armijo_c)
+        self.step_bound_fn = step_bound_fn
+        n = problem.variable_count
+        self.fixed_indices = None if fixed is None else np.unique(np.asarray(
+            fixed.numpy() if isinstance(fixed, wp.array) else fixed, dtype=np.int64).reshape(-1))
+        if self.fixed_indices is not None and self.fixed_indices.size == 0:
+            self.fixed_indices = None
+        self.fixed_mask = (
+            None if self.fixed_indices is None else fixed_mask_from_indices(self.fixed_indices, n, problem.device)
+        )
+        self._buffers = None
+
+    # -- buffers ----------------------------------------------------------------------------------------------------
+
+    def _alloc(self, *names: str) -> None:
+        p = self.problem
+        if self._buffers is None:
+            self._buffers = {}
+        for name in names:
+            if name not in self._buffers:
+                self._buffers[name] = wp.zeros(p.variable_count, dtype=p.variable_type, device=p.device)
+
+    def _buf(self, name: str) -> wp.array:
+        return self._buffers[name]
+
+    def _check_x(self, x) -> None:
+        p = self.problem
+        if not isinstance(x, wp.array):
+            raise TypeError(f"x: expected a wp.array, got {type(x).__name__}")
+        if x.shape != (p.variable_count,):
+            raise ValueError(f"x: expected shape ({p.variable_count},), got {x.shape}")
+        if not wp.types.types_equal(x.dtype, p.variable_type):
+            raise TypeError(f"x: expected dtype {wp.types.type_repr(p.variable_type)}, got {wp.types.type_repr(x.dtype)}")
+        if x.device != p.device:
+            raise ValueError(f"x: expected device {p.device}, got {x.device}")
+
+    def _keep_gradient(self, g_problem: wp.array) -> wp.array:
+        g = self._buf("g")
+        wp.copy(g, g_problem)
+        if self.fixed_mask is not None:
+            zero_fixed_rows(g, self.fixed_mask)
+        return g
+
+    # -- the loop ---------------------------------------------------------------------------------------------------
+
+    def solve(
+        self,
+        x: wp.array,
+        max_iterations: int = 100,
+        tolerance: float = 1e-6,
+        gradient_tolerance: float | None = None,
+        energy_tolerance: float = 1e-12,
+        callback: Callable[[int, wp.array, float], Any] | None = None,
+    ) -> SolveResult:
+        """Minimize the problem's energy from ``x``.
+
+        Args:
+            x: start point, wp.array [variable_count] of the problem's variable dtype on its device (not modified).
+            max_iterations: iteration cap (>= 0).
+            tolerance: Newton-decrement tolerance (Newton-type solvers: stop when ``0.5 |d . g| < tolerance``), and
+                the gradient-norm tolerance when ``gradient_tolerance`` is None.
+            gradient_tolerance: stop when ``||g||_2 <= gradient_tolerance`` (free variables only).
+            energy_tolerance: stop when ``|f_old - f_new| <= energy_tolerance * max(1, |f_old|)`` after a step.
+            callback: optional ``callback(iteration, x, f)`` called after every accepted step; returning True stops
+                the solve (reason ``"callback"``).
+
+        Returns:
+            :class:`SolveResult`.
+        """
+        self._check_x(x)
+        if int(max_iterations) < 0:
+            raise ValueError(f"max_iterations: expected >= 0, got {max_iterations}")
+        if not tolerance >= 0.0 or not energy_tolerance >= 0.0:
+            raise ValueError(f"tolerance, energy_tolerance: expected >= 0, got {tolerance}, {energy_tolerance}")
+        gtol = float(tolerance if gradient_tolerance is None else gradient_tolerance)
+        t_start = _now()
+        self._alloc("x", "trial", "g", "d")
+        xk = self._buf("x")
+        wp.copy(xk, x)
+        result = SolveResult(x=xk)
+        result.linear_solver = getattr(getattr(self, "linear_solver", None), "name", None)
+        times = result.time_ms
+        self._start(xk)
+
+        f = None
+        for it in range(int(max_iterations) + 1):
+            t0 = _now()
+            try:
+                f_eval, g = self._derivatives(xk)
+            except _StopSolve as stop:
+                times["derivatives"] += (_now() - t0) * 1000.0
+                result.reason = stop.reason
+                if f is None:
+                    result.energies.append(float(stop.energy) if stop.energy is not None else float("nan"))
+                break
+            times["derivatives"] += (_now() - t0) * 1000.0
+            if f is None:
+                f = f_eval
+                result.energies.append(f)
+            if not math.isfinite(f):
+                result.reason = "non_finite_energy"
+                break
+            gnorm = _norm(g)
+            result.gradient_norms.append(gnorm)
+            if not math.isfinite(gnorm):
+                result.reason = "non_finite_gradient"
+                break
+            if gnorm <= gtol:
+                result.converged, result.reason = True, "gradient_norm"
+                break
+            if it == int(max_iterations):
+                result.reason = "max_iterations"
+                break
+
+            t0 = _now()
+            try:
+                direction_ok = self._direction(xk, g, result)
+            except LinearSolveError:
+                times["linear_solve"] += (_now() - t0) * 1000.0
+                result.reason = "linear_solve_failed"
+                break
+            times["linear_solve"] += (_now() - t0) * 1000.0
+            d = self._buf("d")
+            dd = _dot(g, d)
+            if not direction_ok or not math.isfinite(dd) or dd >= 0.0:
+                # not a descent direction (indefinite Hessian, bad curvature pair): fall back to steepest descent
+                _scale_into(d, -1.0, g)
+                dd = -gnorm * gnorm
+                self._on_fallback()
+            if self.uses_newton_decrement:
+                decrement = 0.5 * abs(dd)
+                result.newton_decrements.append(decrement)
+                if decrement < tolerance:
+                    result.converged, result.reason = True, "newton_decrement"
+                    break
+
+            t0 = _now()
+            ls = armijo(
+                self.problem.eval,
+                xk,
+                d,
+                f,
+                dd,
+                shrink=self.shrink,
+                max_tries=self.max_line_search_tries,
+                c=self.armijo_c,
+                max_step=self._max_step(),
+                step_bound_fn=self.step_bound_fn,
+                out=self._buf("trial"),
+            )
+            times["line_search"] += (_now() - t0) * 1000.0
+            result.iterations += 1
+            result.line_search_tries.append(ls.tries)
+            result.step_sizes.append(ls.alpha)
+            if not ls.accepted:
+                result.reason = "line_search_failed"
+                break
+            # accept: swap x and trial buffers
+            self._buffers["x"], self._buffers["trial"] = self._buffers["trial"], self._buffers["x"]
+            x_old, xk = xk, self._buffers["x"]
+            f_old, f = f, ls.f_new
+            result.energies.append(f)
+            self._accepted(x_old, xk, ls.alpha)
+            if callback is not None and callback(result.iterations, xk, f):
+                result.reason = "callback"
+                break
+            if abs(f_old - f) <= energy_tolerance * max(1.0, abs(f_old)):
+                result.converged, result.reason = True, "energy_change"
+                break
+
+        result.x = wp.clone(xk)
+        times["total"] = (_now() - t_start) * 1000.0
+        return result
+
+    # -- hooks ------------------------------------------------------------------------------------------------------
+
+    def _start(self, x: wp.array) -> None:
+        pass
+
+    def _derivatives(self, x: wp.array):
+        """Evaluate what the direction needs; return (f, g) with g our own copy, pins zeroed."""
+        f, g = self.problem.eval_with_gradient(x)
+        return f, self._keep_gradient(g)
+
+    def _direction(self, x: wp.array, g: wp.array, result: SolveResult) -> bool:
+        raise NotImplementedError
+
+    def _accepted(self, x_old: wp.array, x_new: wp.array, alpha: float) -> None:
+        pass
+
+    def _on_fallback(self) -> None:
+        pass
+
+    def _max_step(self) -> float:
+        return 1.0
+
+
+class _StopSolve(Exception):
+    def __init__(self, reason: str, energy=None):
+        super().__init__(reason)
+        self.reason = reason
+        self.energy = energy
+
+
+def _check_projection(projection: str) -> None:
+    if projection not in _PROJECTIONS:
+        raise ValueError(f"projection: expected one of {_PROJECTIONS}, got {projection!r}")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Newton with an assembled Hessian
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class NewtonSolver(_Driver):
+    """Newton / projected Newton with Armijo backtracking.
+
+    Each iteration assembles ``H`` (per-element PSD projection when ``project_hessian``), pins ``fixed`` variables
+    symmetrically, solves ``H d = -g`` with the linear back-end and backtracks along ``d``. A direction that is not a
+    descent direction (possible without projection) is replaced by ``-g``.
+
+    Args:
+        problem: a :class:`warp_meshad.Problem`.
+        linear_solver: back-end name (``"auto"``, ``"scipy"``, ``"cg"``, ``"cupy"``, ``"cudss"``) or a
+            :class:`~warp_meshad._src.linear.LinearSolver` instance.
+        project_hessian: project every element Hessian to PSD before assembly (projected Newton).
+        projection: ``"clamp"`` (eigenvalues below ``projection_eps`` set to it) or ``"abs"`` (absolute values).
+        projection_eps: smallest eigenvalue kept by the projection.
+        fixed: indices of variables that never move (sequence, numpy or wp.array of ints), or None.
+        linear_solver_options: keyword options for :func:`~warp_meshad._src.linear.make_linear_solver`.
+        step_bound_fn: optional ``(x, d) -> float`` capping the line-search step (CCD).
+        shrink, max_line_search_tries, armijo_c: Armijo settings (TinyAD defaults 0.8, 64, 1e-4).
+    """
+
+    uses_newton_decrement = True
+
+    def __init__(
+        self,
+        problem,
+        linear_solver: str | LinearSolver = "auto",
+        project_hessian: bool = True,
+        projection: str = "clamp",
+        projection_eps: float = 1e-9,
+        fixed=None,
+        linear_solver_options: dict | None = None,
+        step_bound_fn=None,
+        shrink: float = 0.8,
+        max_line_search_tries: int = 64,
+        armijo_c: float = 1e-4,
+    ):
+        super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn)
+        _check_projection(projection)
+        self.project_hessian = bool(project_hessian)
+        self.projection = projection
+        self.projection_eps = float(projection_eps)
+        self.linear_solver = make_linear_solver(linear_solver, device=problem.device, **(linear_solver_options or {}))
+        self._H = None
+
+    def _hessian(self, x):
+        if self.project_hessian:
+            return self.problem.eval_with_hessian_proj(x, mode=self.projection, eps=self.projection_eps)
+        return self.problem.eval_with_hessian(x)
+
+    def _derivatives(self, x):
+        f, g, H = self._hessian(x)
+        g = self._keep_gradient(g)
+        if not math.isfinite(f):
+            raise _StopSolve("non_finite_energy", f)
+        self._H = H
+        return f, g
+
+    def _direction(self, x, g, result):
+        H = self._H
+        rhs = self._buf_rhs()
+        _scale_into(rhs, -1.0, g)
+        if self.fixed_mask is not None:
+            apply_dirichlet(H, rhs, self.fixed_mask)
+        d = self._buf("d")
+        d.zero_()
+        info = self.linear_solver.solve(H, rhs, d)
+        result.linear_iterations.append(info.iterations)
+        return True
+
+    def _buf_rhs(self):
+        self._alloc("rhs")
+        return self._buf("rhs")
+
+
+class GaussNewtonSolver(NewtonSolver):
+    """Gauss-Newton for least-squares objectives built with ``add_residual_term``.
+
+    Uses ``problem.eval_gauss_newton(x) -> (f, g, H)``, where residual terms contribute ``weight/2 |r|^2`` to ``f`` and
+    ``weight J^T J`` (assembled per element into the Hessian pattern) to ``H``; scalar terms contribute their exact
+    Hessian. ``damping > 0`` adds ``damping * I`` (Levenberg) to keep ``H`` definite when ``J`` is rank deficient.
+
+    Args:
+        problem: a :class:`warp_meshad.Problem` providing ``eval_gauss_newton``.
+        linear_solver, fixed, linear_solver_options, step_bound_fn, shrink, max_line_search_tries, armijo_c: as
+            :class:`NewtonSolver`.
+        damping: Levenberg damping added to the diagonal (>= 0).
+    """
+
+    def __init__(
+        self,
+        problem,
+        linear_solver: str | LinearSolver = "auto",
+        fixed=None,
+        damping: float = 0.0,
+        linear_solver_options: dict | None = None,
+        step_bound_fn=None,
+        shrink: float = 0.8,
+        max_line_search_tries: int = 64,
+        armijo_c: float = 1e-4,
+    ):
+        if not hasattr(problem, "eval_gauss_newton"):
+            raise TypeError("GaussNewtonSolver: the problem has no eval_gauss_newton(x) (needs residual-term support)")
+        if not damping >= 0.0:
+            raise ValueError(f"damping: expected >= 0, got {damping}")
+        super().__init__(
+            problem,
+            linear_solver=linear_solver,
+            project_hessian=False,
+            fixed=fixed,
+            linear_solver_options=linear_solver_options,
+            step_bound_fn=step_bound_fn,
+            shrink=shrink,
+            max_line_search_tries=max_line_search_tries,
+            armijo_c=armijo_c,
+        )
+        self.damping = float(damping)
+
+    def _hessian(self, x):
+        f, g, H = self.problem.eval_gauss_newton(x)
+        if self.damping > 0.0:
+            _add_to_diagonal(H, self.damping)
+        return f, g, H
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Matrix-free truncated Newton
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class NewtonCGSolver(_Driver):
+    """Matrix-free truncated Newton: CG on ``problem.hessian_vector_product``, nothing assembled.
+
+    The inner CG stops at relative residual ``min(0.5, sqrt(||g||)) ``(Eisenstat-Walker forcing), at ``cg_maxiter``, or
+    at the first direction of non-positive curvature (then it returns the last iterate, or ``-g`` on the first
+    iteration). Pinned variables are projected out of every CG vector.
+
+    Args:
+        problem: a :class:`warp_meshad.Problem`.
+        fixed: indices of pinned variables, or None.
+        cg_maxiter: inner CG iteration cap (None: ``min(scalar unknowns, 1000)``).
+        forcing: cap of the relative residual tolerance of the inner CG (0.5).
+        step_bound_fn, shrink, max_line_search_tries, armijo_c: as :class:`NewtonSolver`.
+    """
+
+    uses_newton_decrement = True
+
+    def __init__(
+        self,
+        problem,
+        fixed=None,
+        cg_maxiter: int | None = None,
+        forcing: float = 0.5,
+        step_bound_fn=None,
+        shrink: float = 0.8,
+        max_line_search_tries: int = 64,
+        armijo_c: float = 1e-4,
+    ):
+        super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn)
+        if not hasattr(problem, "hessian_vector_product"):
+            raise TypeError("NewtonCGSolver: the problem has no hessian_vector_product(x, v)")
+        if not 0.0 < forcing < 1.0:
+            raise ValueError(f"forcing: expected a value in (0, 1), got {forcing}")
+        scalars = problem.variable_count * max(1, getattr(problem, "variable_dim", 1))
+        self.cg_maxiter = int(cg_maxiter) if cg_maxiter is not None else min(scalars, 1000)
+        self.forcing = float(forcing)
+
+    def _hvp(self, x, v, out):
+        hv = self.problem.hessian_vector_product(x, v)
+        wp.copy(out, hv)
+        if self.fixed_mask is not None:
+            zero_fixed_rows(out, self.fixed_mask)
+        return out
+
+    def _direction(self, x, g, result):
+        self._alloc("cg_r", "cg_p", "cg_hp")
+        d, r, p, hp = self._buf("d"), self._buf("cg_r"), self._buf("cg_p"), self._buf("cg_hp")
+        d.zero_()
+        _scale_into(r, -1.0, g)  # r = -g - H d with d = 0
+        wp.copy(p, r)
+        rr = _dot(r, r)
+        gnorm = math.sqrt(rr)
+        tol = min(self.forcing, math.sqrt(gnorm)) * gnorm
+        iterations = 0
+        for iterations in range(1, self.cg_maxiter + 1):
+            self._hvp(x, p, hp)
+            curvature = _dot(p, hp)
+            if not math.isfinite(curvature):
+                raise LinearSolveError("Newton-CG: non-finite Hessian-vector product")
+            if curvature <= 0.0:
+                if iterations == 1:
+                    _scale_into(d, -1.0, g)
+                break
+            alpha = rr / curvature
+            axpy_into(d, d, alpha, p)
+            axpy_into(r, r, -alpha, hp)
+            rr_new = _dot(r, r)
+            if math.sqrt(rr_new) <= tol:
+                break
+            _lincomb_into(p, 1.0, r, rr_new / rr, p)
+            rr = rr_new
+        result.linear_iterations.append(iterations)
+        return True
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Quasi-Newton and first order
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class LBFGSSolver(_Driver):
+    """Limited-memory BFGS with Armijo backtracking.
+
+    Curvature pairs ``(s, y)`` with ``s . y <= 1e-12 |s| |y|`` are skipped; the initial inverse Hessian is
+    ``(s . y / y . y) I`` from the newest pair (the first step is scaled to ``initial_step / ||g||``).
+
+    Args:
+        problem: a :class:`warp_meshad.Problem`.
+        history: number of stored pairs ``m`` (>= 1).
+        fixed: indices of pinned variables, or None.
+        initial_step: length of the very first step along ``-g`` (before any curvature information).
+        step_bound_fn, shrink, max_line_search_tries, armijo_c: as :class:`NewtonSolver`.
+    """
+
+    def __init__(
+        self,
+        problem,
+        history: int = 10,
+        fixed=None,
+        initial_step: float = 1.0,
+        step_bound_fn=None,
+        shrink: float = 0.8,
+        max_line_search_tries: int = 64,
+        armijo_c: float = 1e-4,
+    ):
+        super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn)
+        if int(history) < 1:
+            raise ValueError(f"history: expected >= 1, got {history}")
+        if not initial_step > 0.0:
+            raise ValueError(f"initial_step: expected > 0, got {initial_step}")
+        self.history = int(history)
+        self.initial_step = float(initial_step)
+
+    def _start(self, x):
+        p = self.problem
+        if getattr(self, "_s", None) is None:
+            self._s = [wp.zeros(p.variable_count, dtype=p.variable_type, device=p.device) for _ in range(self.history)]
+            self._y = [wp.zeros(p.variable_count, dtype=p.variable_type, device=p.device) for _ in range(self.history)]
+        self._pairs = []  # list of (slot, rho) oldest first
+        self._next_slot = 0
+        self._g_prev = None
+        self._alloc("g_prev")
+
+    def _derivatives(self, x):
+        f, g = super()._derivatives(x)
+        if self._g_prev is not None:
+            # new curvature pair from the step just accepted: s = x_new - x_old (stored in _accepted), y = g - g_prev
+            slot = self._pending_slot
+            y = self._y[slot]
+            _lincomb_into(y, 1.0, g, -1.0, self._g_prev)
+            s = self._s[slot]
+            sy = _dot(s, y)
+            if math.isfinite(sy) and sy > 1e-12 * _norm(s) * _norm(y):
+                self._pairs = [pr for pr in self._pairs if pr[0] != slot]
+                self._pairs.append((slot, 1.0 / sy, sy / _dot(y, y)))
+                if len(self._pairs) > self.history:
+                    self._pairs.pop(0)
+                self._next_slot = (slot + 1) % self.history
+        return f, g
+
+    def _direction(self, x, g, result):
+        d = self._buf("d")
+        wp.copy(self._buf("g_prev"), g)
+        self._g_prev = self._buf("g_prev")
+        if not self._pairs:
+            _scale_into(d, -self.initial_step / max(_norm(g), 1e-300), g)
+            return True
+        # two-loop recursion on q = -g, result in d
+        _scale_into(d, -1.0, g)
+        alphas = []
+        for slot, rho, _ in reversed(self._pairs):
+            a = rho * _dot(self._s[slot], d)
+            alphas.append(a)
+            axpy_into(d, d, -a, self._y[slot])
+        gamma = self._pairs[-1][2]
+        _scale_into(d, gamma, d)
+        for (slot, rho, _), a in zip(self._pairs, reversed(alphas)):
+            b = rho * _dot(self._y[slot], d)
+            axpy_into(d, d, a - b, self._s[slot])
+        return True
+
+    def _accepted(self, x_old, x_new, alpha):
+        slot = self._next_slot
+        _lincomb_into(self._s[slot], 1.0, x_new, -1.0, x_old)
+        self._pending_slot = slot
+
+    def _on_fallback(self):
+        self._pairs = []
+
+
+class GradientDescentSolver(_Driver):
+    """Steepest descent ``d = -g`` with Armijo backtracking from ``step``.
+
+    Args:
+        problem: a :class:`warp_meshad.Problem`.
+        step: first trial step length along ``-g`` (the line search shrinks it).
+        fixed: indices of pinned variables, or None.
+        step_bound_fn, shrink, max_line_search_tries, armijo_c: as :class:`NewtonSolver`.
+    """
+
+    def __init__(
+        self,
+        problem,
+        step: float = 1.0,
+        fixed=None,
+        step_bound_fn=None,
+        shrink: float = 0.8,
+        max_line_search_tries: int = 64,
+        armijo_c: float = 1e-4,
+    ):
+        super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn)
+        if not step > 0.0:
+            raise ValueError(f"step: expected > 0, got {step}")
+        self.step = float(step)
+
+    def _direction(self, x, g, result):
+        _scale_into(self._buf("d"), -1.0, g)
+        return True
+
+    def _max_step(self) -> float:
+        return self.step
