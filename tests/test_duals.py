@@ -61,7 +61,7 @@ def stack_jets(jets):
     return Jet(*(np.stack([np.asarray(getattr(j, f)) for j in jets]) for f in ("v", "g", "h")))
 
 
-def fd_derivatives(f, z, h=1e-2):
+def fd_derivatives(f, z, h=2e-3):
     """Gradient and Hessian of ``f`` at ``z`` by central differences, Richardson-extrapolated (error O(h^4))."""
     z = np.asarray(z, dtype=np.float64)
     k = z.size
