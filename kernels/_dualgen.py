@@ -30,6 +30,7 @@ import importlib.util
 import itertools
 import os
 import pathlib
+import re
 import sys
 import threading
 
@@ -138,17 +139,37 @@ def load(k: int, dtype, mode: str):
 
 
 class _Src:
+    """Collects generated functions.
+
+    Calls between generated functions are written ``_G.name(...)``, with ``_G`` bound to the module
+    itself only at the end of the file: Warp resolves them at code generation, while its
+    registration-time reference scan (which binds every call against every overload of the big
+    ``add``/``mul``/... sets, ~3 s per module) finds nothing to scan.
+    """
+
     def __init__(self):
         self.parts: list[str] = []
+        self.names: set[str] = set()
 
     def func(self, text: str):
-        self.parts.append("@wp.func\n" + text.strip("\n") + "\n")
+        text = text.strip("\n")
+        head = text.split("(", 1)[0]
+        self.names.add(head[4:])
+        self.parts.append("@wp.func\n" + text + "\n")
 
     def raw(self, text: str):
         self.parts.append(text.strip("\n") + "\n")
 
     def text(self) -> str:
-        return "\n\n".join(self.parts)
+        pattern = re.compile(r"(?<![\w.])(" + "|".join(sorted(self.names, key=len, reverse=True)) + r")\(")
+        out = []
+        for part in self.parts:
+            if part.startswith("@wp.func"):
+                deco, head, body = part.split("\n", 2)
+                part = "\n".join([deco, head, pattern.sub(r"_G.\1(", body)])
+            out.append(part)
+        out.append("import sys as _sys\n\n_G = _sys.modules[__name__]\n")
+        return "\n\n".join(out)
 
 
 def source(k: int, dtype: str, mode: str) -> str:

@@ -134,7 +134,8 @@ def check_problem_derivatives(
             e = np.zeros(size)
             e[i] = h
             fd.append((energy(flat0 + e) - energy(flat0 - e)) / (2 * h))
-        r1 = _close(f"gradient coordinates {coords.tolist()} vs central differences", g[coords], np.array(fd), rtol, atol_g)
+        what = f"gradient coordinates {coords.tolist()} vs central differences"
+        r1 = _close(what, g[coords], np.array(fd), rtol, atol_g)
         dirs = rng.normal(size=(directions, size))
         dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
         ad_dir = dirs @ g
@@ -186,7 +187,9 @@ def check_problem_derivatives(
         for mode in ("clamp", "abs"):
             fp, gp, Hp = problem.eval_with_hessian_proj(x, mode=mode)
             np.testing.assert_allclose(fp, f0, rtol=1e-12, atol=1e-300, err_msg=f"proj ({mode}) energy != eval")
-            np.testing.assert_allclose(gp.numpy().reshape(-1), g, rtol=1e-12, atol=1e-14, err_msg=f"proj ({mode}) gradient")
+            np.testing.assert_allclose(
+                gp.numpy().reshape(-1), g, rtol=1e-12, atol=1e-14, err_msg=f"proj ({mode}) gradient"
+            )
             P = wm.to_scipy(Hp).tocsr()
             assert np.all(np.isfinite(P.data)), f"projected Hessian ({mode}) has NaN/inf entries"
             pscale = max(float(np.abs(P.data).max(initial=0.0)), 1e-300)

@@ -110,7 +110,6 @@ def test_validation_messages():
 @pytest.mark.skipif(wp.get_cuda_device_count() == 0, reason="needs a CUDA device")
 def test_dirichlet_gpu_matches_cpu():
     A, b, _ = _system(seed=7)
-    A_gpu = wps.bsr_copy(A)
     A_gpu = wps.bsr_from_triplets(
         A.nrow,
         A.ncol,

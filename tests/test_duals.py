@@ -709,3 +709,309 @@ def test_gradient_only_mode_matches_hessian_mode(dtype):
     for i, (name, ref_fn) in enumerate(SCALAR_CASES[:n]):
         got = unpack(grad, i, 1, scalar=True, hessian=False)
         check_dual(got, ref_fn(z), dtype, name, hessian=False)
+
+
+# ============================================================================================================
+# dual vectors, k = 6: u and w seeded vec3 (variables z = (u, w)); p a plain vec3, s a runtime scalar
+# ============================================================================================================
+
+
+class Case(NamedTuple):
+    """One vector / matrix operation: ``size`` output duals, their values as a function of the variables z,
+    and optionally the closed-form jet (else the reference is central differences of ``value``)."""
+
+    name: str
+    size: int
+    value: Any
+    closed: Any = None
+
+
+EPS3 = np.zeros((3, 3, 3))
+EPS3[0, 1, 2] = EPS3[1, 2, 0] = EPS3[2, 0, 1] = 1.0
+EPS3[0, 2, 1] = EPS3[2, 1, 0] = EPS3[1, 0, 2] = -1.0
+
+U0 = np.array([0.6, -0.8, 1.1])
+W0 = np.array([-0.4, 0.9, 0.5])
+P0 = np.array([0.3, 0.2, -0.7])
+Z_VEC = np.concatenate([U0, W0])
+
+
+def _uw(z):
+    return z[:3], z[3:]
+
+
+def dot_jet(z):
+    u, w = _uw(z)
+    h = np.zeros((6, 6))
+    h[:3, 3:] = h[3:, :3] = np.eye(3)
+    return Jet(np.array([u @ w]), np.concatenate([w, u])[None], h[None])
+
+
+def length_sq_jet(z):
+    u, _ = _uw(z)
+    h = np.zeros((6, 6))
+    h[:3, :3] = 2 * np.eye(3)
+    return Jet(np.array([u @ u]), np.concatenate([2 * u, np.zeros(3)])[None], h[None])
+
+
+def length_jet(z):
+    u, _ = _uw(z)
+    r = np.linalg.norm(u)
+    n = u / r
+    h = np.zeros((6, 6))
+    h[:3, :3] = (np.eye(3) - np.outer(n, n)) / r
+    return Jet(np.array([r]), np.concatenate([n, np.zeros(3)])[None], h[None])
+
+
+def normalize_jet(z):
+    u, _ = _uw(z)
+    r = np.linalg.norm(u)
+    n = u / r
+    eye = np.eye(3)
+    g = np.zeros((3, 6))
+    g[:, :3] = (eye - np.outer(n, n)) / r
+    h = np.zeros((3, 6, 6))
+    h[:, :3, :3] = (
+        -(np.einsum("ij,k->ijk", eye, n) + np.einsum("ik,j->ijk", eye, n) + np.einsum("jk,i->ijk", eye, n))
+        + 3 * np.einsum("i,j,k->ijk", n, n, n)
+    ) / r**2
+    return Jet(n, g, h)
+
+
+def cross_jet(z):
+    u, w = _uw(z)
+    g = np.zeros((3, 6))
+    g[:, :3] = np.einsum("ijl,l->ij", EPS3, w)
+    g[:, 3:] = np.einsum("ijl,j->il", EPS3, u)
+    h = np.zeros((3, 6, 6))
+    h[:, :3, 3:] = EPS3
+    h[:, 3:, :3] = np.swapaxes(EPS3, 1, 2)
+    return Jet(np.cross(u, w), g, h)
+
+
+def outer_jet(z):
+    u, w = _uw(z)
+    g = np.zeros((3, 3, 6))
+    h = np.zeros((3, 3, 6, 6))
+    for i in range(3):
+        for j in range(3):
+            g[i, j, i] = w[j]
+            g[i, j, 3 + j] = u[i]
+            h[i, j, i, 3 + j] = h[i, j, 3 + j, i] = 1.0
+    return Jet(np.outer(u, w).ravel(), g.reshape(9, 6), h.reshape(9, 6, 6))
+
+
+def _u(z):
+    return z[:3]
+
+
+def _w(z):
+    return z[3:]
+
+
+VEC_CASES = [
+    Case("seed_vec3", 3, lambda z: _u(z)),
+    Case("seed_vec3_offset", 3, lambda z: _w(z)),
+    Case("dot_dual_dual", 1, lambda z: [_u(z) @ _w(z)], dot_jet),
+    Case("dot_dual_plain", 1, lambda z: [_u(z) @ P0]),
+    Case("dot_plain_dual", 1, lambda z: [P0 @ _w(z)]),
+    Case("length", 1, lambda z: [np.linalg.norm(_u(z))], length_jet),
+    Case("length_sq", 1, lambda z: [_u(z) @ _u(z)], length_sq_jet),
+    Case("normalize", 3, lambda z: _u(z) / np.linalg.norm(_u(z)), normalize_jet),
+    Case("cross_dual_dual", 3, lambda z: np.cross(_u(z), _w(z)), cross_jet),
+    Case("cross_dual_plain", 3, lambda z: np.cross(_u(z), P0)),
+    Case("cross_plain_dual", 3, lambda z: np.cross(P0, _w(z))),
+    Case("outer_dual_dual", 9, lambda z: np.outer(_u(z), _w(z)).ravel(), outer_jet),
+    Case("outer_dual_plain", 9, lambda z: np.outer(_u(z), P0).ravel()),
+    Case("outer_plain_dual", 9, lambda z: np.outer(P0, _w(z)).ravel()),
+    Case("vec_add_dual_dual", 3, lambda z: _u(z) + _w(z)),
+    Case("vec_sub_dual_dual", 3, lambda z: _u(z) - _w(z)),
+    Case("vec_add_dual_plain", 3, lambda z: _u(z) + P0),
+    Case("vec_add_plain_dual", 3, lambda z: P0 + _w(z)),
+    Case("vec_sub_dual_plain", 3, lambda z: _u(z) - P0),
+    Case("vec_sub_plain_dual", 3, lambda z: P0 - _w(z)),
+    Case("vec_neg", 3, lambda z: -_u(z)),
+    Case("vec_mul_dual_scalar", 3, lambda z: _u(z) * S0),
+    Case("vec_mul_scalar_dual", 3, lambda z: S0 * _u(z)),
+    Case("vec_mul_dual_float_literal", 3, lambda z: _u(z) * 1.5),
+    Case("vec_mul_float_literal_dual", 3, lambda z: 1.5 * _u(z)),
+    Case("vec_div_dual_scalar", 3, lambda z: _u(z) / S0),
+    Case("vec_div_dual_float_literal", 3, lambda z: _u(z) / 1.5),
+    Case("vec_mul_dual_dualscalar", 3, lambda z: _u(z) * (_u(z) @ _w(z))),
+    Case("vec_mul_dualscalar_dual", 3, lambda z: (_u(z) @ _w(z)) * _u(z)),
+    Case("vec_div_dual_dualscalar", 3, lambda z: _u(z) / np.linalg.norm(_w(z))),
+    Case("vec_mul_dualscalar_plain", 3, lambda z: np.linalg.norm(_u(z)) * P0),
+    Case("vec_mul_plain_dualscalar", 3, lambda z: P0 * np.linalg.norm(_u(z))),
+    Case("index_vec3", 3, lambda z: _u(z)),  # u[0], u[1], u[2] with runtime indices
+    Case("index_vec2", 2, lambda z: z[[4, 0]]),  # vec2(u.x, w.y)[1], [0]
+    Case("index_vec4", 1, lambda z: [z[3]]),  # vec4(u.x, u.y, u.z, w.x)[3]
+    Case("vec2_dual_dual", 2, lambda z: z[[0, 4]]),
+    Case("vec2_scalar_dual", 2, lambda z: [S0, z[4]]),
+    Case("vec3_dual_dual_dual", 3, lambda z: z[[2, 3, 1]]),
+    Case("vec3_dual_scalar_dual", 3, lambda z: [z[0], S0, z[5]]),
+    Case("vec4_mixed", 4, lambda z: [z[0], z[1], z[3], S0]),
+    Case("length_vec2", 1, lambda z: [np.hypot(z[0], z[4])]),
+    Case("length_sq_vec2", 1, lambda z: [z[0] ** 2 + z[4] ** 2]),
+    Case("normalize_vec2", 2, lambda z: z[[0, 4]] / np.hypot(z[0], z[4])),
+    Case("dot_vec2", 1, lambda z: [z[0] * z[3] + z[4] * z[2]]),
+    Case("outer_vec2", 4, lambda z: np.outer(z[[0, 4]], z[[3, 2]]).ravel()),
+    Case("vec2_add_plain", 2, lambda z: z[[0, 4]] + P0[:2]),
+    Case("length_vec4", 1, lambda z: [np.linalg.norm(z[:4])]),
+    Case("length_sq_vec4", 1, lambda z: [z[:4] @ z[:4]]),
+    Case("normalize_vec4", 4, lambda z: z[:4] / np.linalg.norm(z[:4])),
+    Case("dot_vec4_plain", 1, lambda z: [z[:4] @ np.append(P0, S0)]),
+    Case("where_vec3_true", 3, lambda z: _u(z)),
+    Case("where_vec3_false", 3, lambda z: _w(z)),
+    Case("select_vec3_true", 3, lambda z: _w(z)),
+    Case("select_vec3_false", 3, lambda z: _u(z)),
+    Case("const_vec3", 3, lambda z: P0),
+]
+
+
+def vector_kernel(D):
+    """k = 6 kernel: every case of VEC_CASES, in order."""
+    S = D.S
+    add, sub, mul, div = D.add, D.sub, D.mul, D.div
+
+    @wp.kernel(module="unique", enable_backward=False)
+    def kernel(
+        vin: wp.array(dtype=wp.types.vector(length=3, dtype=S)),
+        sin: wp.array(dtype=S),
+        idx: wp.array(dtype=int),
+        out: wp.array(dtype=D.Dual),
+        plain: wp.array(dtype=wp.types.vector(length=3, dtype=S)),
+        count: wp.array(dtype=int),
+    ):
+        u = D.seed(vin[0], 0)
+        w = D.seed(vin[1], 3)
+        p = vin[2]
+        s = sin[0]
+        t = sin[1] > S(0.0)
+        f = sin[1] < S(0.0)
+        i = int(0)
+        i = _put3(out, i, u)
+        i = _put3(out, i, w)
+        i = _put(out, i, D.dot(u, w))
+        i = _put(out, i, D.dot(u, p))
+        i = _put(out, i, D.dot(p, w))
+        i = _put(out, i, D.length(u))
+        i = _put(out, i, D.length_sq(u))
+        i = _put3(out, i, D.normalize(u))
+        i = _put3(out, i, D.cross(u, w))
+        i = _put3(out, i, D.cross(u, p))
+        i = _put3(out, i, D.cross(p, w))
+        i = _put33(out, i, D.outer(u, w))
+        i = _put33(out, i, D.outer(u, p))
+        i = _put33(out, i, D.outer(p, w))
+        i = _put3(out, i, add(u, w))
+        i = _put3(out, i, sub(u, w))
+        i = _put3(out, i, u + p)
+        i = _put3(out, i, p + w)
+        i = _put3(out, i, u - p)
+        i = _put3(out, i, p - w)
+        i = _put3(out, i, D._wm_neg(u))
+        i = _put3(out, i, mul(u, s))
+        i = _put3(out, i, s * u)
+        i = _put3(out, i, u * 1.5)
+        i = _put3(out, i, 1.5 * u)
+        i = _put3(out, i, div(u, s))
+        i = _put3(out, i, u / 1.5)
+        uw = D.dot(u, w)
+        i = _put3(out, i, u * uw)
+        i = _put3(out, i, uw * u)
+        i = _put3(out, i, u / D.length(w))
+        i = _put3(out, i, D.length(u) * p)
+        i = _put3(out, i, p * D.length(u))
+        i = _put(out, i, D._wm_index(u, idx[0]))
+        i = _put(out, i, D._wm_index(u, idx[1]))
+        i = _put(out, i, D._wm_index(u, idx[2]))
+        v2 = D.vec2(u.x, w.y)
+        i = _put(out, i, D._wm_index(v2, idx[1]))
+        i = _put(out, i, D._wm_index(v2, idx[0]))
+        v4 = D.vec4(u.x, u.y, u.z, w.x)
+        i = _put(out, i, D._wm_index(v4, idx[3]))
+        i = _put2(out, i, v2)
+        i = _put2(out, i, D.vec2(s, w.y))
+        i = _put3(out, i, D.vec3(u.z, w.x, u.y))
+        i = _put3(out, i, D.vec3(u.x, s, w.z))
+        i = _put4(out, i, D.vec4(u.x, u.y, w.x, s))
+        i = _put(out, i, D.length(v2))
+        i = _put(out, i, D.length_sq(v2))
+        i = _put2(out, i, D.normalize(v2))
+        v2b = D.vec2(w.x, u.z)
+        i = _put(out, i, D.dot(v2, v2b))
+        i = _put22(out, i, D.outer(v2, v2b))
+        i = _put2(out, i, v2 + wp.vector(p[0], p[1]))
+        i = _put(out, i, D.length(v4))
+        i = _put(out, i, D.length_sq(v4))
+        i = _put4(out, i, D.normalize(v4))
+        i = _put(out, i, D.dot(v4, wp.vector(p[0], p[1], p[2], s)))
+        i = _put3(out, i, D.where(t, u, w))
+        i = _put3(out, i, D.where(f, u, w))
+        i = _put3(out, i, D.select(t, u, w))
+        i = _put3(out, i, D.select(f, u, w))
+        i = _put3(out, i, D.const(p))
+        count[0] = i
+        plain[0] = p
+
+    return kernel
+
+
+def _run_case_kernel(make_kernel, D, dtype, cases, inputs, plain_dtype):
+    total = sum(c.size for c in cases)
+    out = wp.zeros(total + 8, dtype=D.Dual)
+    plain = wp.zeros(4, dtype=plain_dtype)
+    count = wp.zeros(1, dtype=int)
+    wp.launch(make_kernel(D), dim=1, inputs=[*inputs, out, plain, count])
+    assert int(count.numpy()[0]) == total, "the kernel wrote a different number of duals than the case list has"
+    return out.numpy(), plain.numpy()
+
+
+def _offsets(cases):
+    return dict(zip([c.name for c in cases], np.cumsum([0] + [c.size for c in cases])[:-1].tolist()))
+
+
+@functools.lru_cache(maxsize=None)
+def vector_results(dtype: str):
+    S = DTYPES[dtype]
+    D = ad.duals(6, S)
+    vec3 = wp.types.vector(length=3, dtype=S)
+    inputs = [
+        wp.array(np.stack([U0, W0, P0]), dtype=vec3),
+        wp.array([S0, 1.0], dtype=S),
+        wp.array([0, 1, 2, 3], dtype=int),
+    ]
+    return _run_case_kernel(vector_kernel, D, dtype, VEC_CASES, inputs, vec3)
+
+
+def check_case(case: Case, out: np.ndarray, start: int, dtype: str, z: np.ndarray):
+    got = unpack(out, start, case.size, scalar=False)
+
+    def value(zz):
+        return np.atleast_1d(np.asarray(case.value(zz), dtype=np.float64))
+
+    if case.closed is not None:
+        ref = case.closed(z)
+        np.testing.assert_allclose(ref.v, value(z), rtol=1e-14, atol=1e-14, err_msg=f"{case.name}: closed-form value")
+        check_dual(got, ref, dtype, case.name)
+        if dtype == "float64":
+            check_against_fd(got, value, z, case.name, ref)
+    else:
+        ref = Jet(value(z), *fd_derivatives(value, z))
+        if dtype == "float64":
+            # central differences are exact up to rounding for the (bi)linear and quadratic cases
+            rtol, atol = FD_TOL
+            _scaled_close(got.v, ref.v, 1e-12, 1e-12, f"{case.name}: value")
+            _scaled_close(got.g, ref.g, rtol, atol, f"{case.name}: gradient vs central differences")
+            _scaled_close(got.h, ref.h, rtol, atol, f"{case.name}: Hessian vs central differences")
+            np.testing.assert_allclose(got.h, np.swapaxes(got.h, -1, -2), rtol=0, atol=1e-13, err_msg=case.name)
+        else:
+            check_dual(got, ref, dtype, case.name)
+
+
+@pytest.mark.parametrize("name", [c.name for c in VEC_CASES])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_vector_op(dtype, name):
+    out, _ = vector_results(dtype)
+    case = next(c for c in VEC_CASES if c.name == name)
+    check_case(case, out, _offsets(VEC_CASES)[name], dtype, Z_VEC)

@@ -2,6 +2,7 @@
 meshes, and known answers (symmetric Dirichlet = 4 area at an isometry, +inf when flipped; springs
 zero at rest and rotation invariant; Dirichlet and area in closed form on a grid)."""
 
+import os
 import pathlib
 from typing import Any
 
@@ -27,7 +28,7 @@ from warp_meshad.kernels.energies import (
 )
 
 MESHES = pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes"
-DEVICE = "cpu"
+DEVICE = os.environ.get("WARP_MESHAD_TEST_DEVICE", "cpu")
 
 
 def _rotation(rng) -> np.ndarray:
@@ -205,7 +206,8 @@ def _graph_laplacian(mesh, weights=None):
     e = mesh.edges
     w = np.ones(e.shape[0]) if weights is None else weights
     n = mesh.vertex_count
-    a = sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([e[:, 0], e[:, 1]]), np.concatenate([e[:, 1], e[:, 0]]))), shape=(n, n))
+    rows, cols = np.concatenate([e[:, 0], e[:, 1]]), np.concatenate([e[:, 1], e[:, 0]])
+    a = sp.coo_matrix((np.concatenate([w, w]), (rows, cols)), shape=(n, n))
     return (sp.diags(np.asarray(a.sum(axis=1)).ravel()) - a).toarray()
 
 
@@ -225,7 +227,8 @@ def test_dirichlet_closed_form_on_grid():
     np.testing.assert_allclose(wm.to_scipy(H).toarray(), 2.0 * np.kron(lap, np.eye(3)), atol=1e-13)
     np.testing.assert_allclose(g.numpy(), 2.0 * lap @ mesh.vertices, atol=1e-12)
     # quadratic: E(s x) = s^2 E(x)
-    np.testing.assert_allclose(problem.eval(wp.array(3.0 * mesh.vertices, dtype=wp.vec3d, device=DEVICE)), 9.0 * f, rtol=1e-13)
+    scaled = wp.array(3.0 * mesh.vertices, dtype=wp.vec3d, device=DEVICE)
+    np.testing.assert_allclose(problem.eval(scaled), 9.0 * f, rtol=1e-13)
 
 
 def test_weighted_dirichlet_derivatives_and_laplacian(grid):
@@ -269,9 +272,10 @@ def test_surface_area_closed_form(spot):
     # on a real mesh: the total area, invariant under rigid motion, times s^2 under scaling
     rng = np.random.default_rng(10)
     problem = _area_problem(spot)
-    np.testing.assert_allclose(problem.eval(wp.array(spot.vertices, dtype=wp.vec3d, device=DEVICE)), spot.total_area(), rtol=1e-12)
-    moved = 2.0 * spot.vertices @ _rotation(rng).T + rng.normal(size=3)
-    np.testing.assert_allclose(problem.eval(wp.array(moved, dtype=wp.vec3d, device=DEVICE)), 4.0 * spot.total_area(), rtol=1e-12)
+    rest = wp.array(spot.vertices, dtype=wp.vec3d, device=DEVICE)
+    np.testing.assert_allclose(problem.eval(rest), spot.total_area(), rtol=1e-12)
+    moved = wp.array(2.0 * spot.vertices @ _rotation(rng).T + rng.normal(size=3), dtype=wp.vec3d, device=DEVICE)
+    np.testing.assert_allclose(problem.eval(moved), 4.0 * spot.total_area(), rtol=1e-12)
 
 
 # ------------------------------------------------------------------------------ core limitations met here
@@ -295,21 +299,46 @@ def _early_inf_energy(e: int, xa: Any, xb: Any):
     return d
 
 
-@pytest.mark.xfail(strict=True, reason="core: an energy with `data: Any` is rejected by add_term (probe reads no return type)")
 def test_energy_with_generic_data_struct():
     problem = wm.Problem(2, variable_dim=3, device=DEVICE)
     data = _ScaleData()
     data.scale = wp.float64(2.0)
     problem.add_term(np.array([[0, 1]]), _generic_data_energy, data)
+    x = wp.array(np.array([[0.0, 0.0, 0.0], [1.0, 2.0, 0.0]]), dtype=wp.vec3d, device=DEVICE)
+    np.testing.assert_allclose(problem.eval(x), 2.0 * 5.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: `return wp.float64(wp.inf)` next to a dual return fails in derivative modes (mixed return types)",
-)
 def test_energy_with_early_inf_return():
     problem = wm.Problem(2, variable_dim=3, device=DEVICE)
     problem.add_term(np.array([[0, 1]]), _early_inf_energy)
     x = wp.array(np.array([[0.0, 0.0, 0.0], [3.0, 0.0, 0.0]]), dtype=wp.vec3d, device=DEVICE)
     f, g = problem.eval_with_gradient(x)
     assert f == np.inf
+    x = wp.array(np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]), dtype=wp.vec3d, device=DEVICE)
+    f, g = problem.eval_with_gradient(x)
+    np.testing.assert_allclose(f, 1.0)
+    np.testing.assert_allclose(g.numpy(), [[-2.0, 0, 0], [2.0, 0, 0]])
+
+
+# ------------------------------------------------------------------------------ the helper itself
+
+
+class _SkewedProblem:
+    """A problem whose eval disagrees with its derivatives by eps * sum |x|^2 (the helper must notice)."""
+
+    def __init__(self, problem, eps):
+        self._problem, self._eps = problem, eps
+
+    def __getattr__(self, name):
+        return getattr(self._problem, name)
+
+    def eval(self, x):
+        return self._problem.eval(x) + self._eps * float(np.sum(x.numpy() ** 2))
+
+
+def test_derivcheck_detects_a_wrong_gradient(grid):
+    problem = _spring_problem(grid)  # kernels already built by the spring tests
+    x = grid.vertices + 0.1 * np.random.default_rng(11).normal(size=grid.vertices.shape)
+    check_problem_derivatives(problem, x)
+    with pytest.raises(AssertionError, match="gradient"):
+        check_problem_derivatives(_SkewedProblem(problem, 1e-4), x)

@@ -11,7 +11,8 @@ The device library (dual numbers, ``ad`` math, built-in energies) is :mod:`warp_
 from ._src.convert import to_cupy, to_scipy
 from ._src.mesh import MeshError, TriMesh
 from ._src.problem import Problem
+from ._src.tutte import tutte_embedding
 
 __version__ = "0.1.0"
 
-__all__ = ["MeshError", "Problem", "TriMesh", "to_cupy", "to_scipy"]
+__all__ = ["MeshError", "Problem", "TriMesh", "to_cupy", "to_scipy", "tutte_embedding"]

@@ -9,6 +9,7 @@ once:
 * ``-a`` -> ``_wm_neg(a)``, ``a < b`` -> ``_wm_lt(a, b)`` (likewise ``<=, >, >=``),
   ``a[i]`` -> ``_wm_index(a, i)``, ``a[i, j]`` -> ``_wm_index2(a, i, j)`` (loads only);
 * the variable arguments are annotated with the concrete plain or dual type;
+* each ``return v`` of the energy itself -> ``return _wm_ret(v)`` (a constant dual in dual modes);
 * Warp functions the energy calls that the user wrote are rewritten the same way (recursively);
 
 and compiled into a fresh function whose globals are a copy of the user's module globals with
@@ -34,8 +35,10 @@ _cache: dict = {}
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, helper_names):
+    def __init__(self, helper_names, wrap_returns):
         self.helper_names = helper_names
+        self.wrap_returns = wrap_returns
+        self.depth = 0
         self.calls: set[str] = set()
 
     def visit_Constant(self, node):
@@ -78,6 +81,22 @@ class _Rewriter(ast.NodeTransformer):
             args = [node.value, index]
             name = "_wm_index"
         return ast.copy_location(ast.Call(ast.Name(name, ast.Load()), args, []), node)
+
+    def visit_Return(self, node):
+        # every return of the energy itself goes through _wm_ret (a dual constant in dual modes), so
+        # `return wp.float64(wp.inf)` beside a dual return has one type
+        self.generic_visit(node)
+        if self.wrap_returns and node.value is not None:
+            node.value = ast.copy_location(ast.Call(ast.Name("_wm_ret", ast.Load()), [node.value], []), node.value)
+        return node
+
+    def visit_FunctionDef(self, node):
+        if self.depth > 0:  # nested definitions are not Warp code; leave them alone
+            return node
+        self.depth += 1
+        self.generic_visit(node)
+        self.depth -= 1
+        return node
 
     def visit_Call(self, node):
         self.generic_visit(node)
@@ -123,6 +142,7 @@ def _namespace_globals(scope: dict, ns, scalar) -> dict:
 
     out = dict(scope)
     out["_wm_S"] = getattr(ns, "S", None) or scalar
+    out["_wm_ret"] = getattr(ns, "const", None) or ns.value
     for name in _INJECT:
         out[name] = getattr(ns, name)
     plain = public_ad._plain
@@ -149,7 +169,7 @@ def _helper(fn_obj: wp.Function, ns, module, stack, scalar):
 
 def _compile(fdef, scope, ns, module, orig, arg_types, stack, cache_key, scalar):
     helpers = {n for n, v in scope.items() if _is_user_function(v)}
-    rw = _Rewriter(helpers)
+    rw = _Rewriter(helpers, wrap_returns=arg_types is not None)
     fdef = rw.visit(fdef)
     glb = _namespace_globals(scope, ns, scalar)
     for name in rw.calls:

@@ -608,7 +608,8 @@ class CudssSolver(_GpuCsrSolver):
     Args:
         matrix_type: ``"general"`` (LU, default), ``"symmetric"`` (LDLt) or ``"spd"`` (Cholesky; a projected Hessian
             with a positive eigenvalue floor is SPD).
-        reordering: optional cuDSS reordering algorithm number (``DirectSolverAlgType``, e.g. 0 default, 1, 2, 3).
+        reordering: optional cuDSS reordering algorithm number (``plan_config.reordering_algorithm``: 0 default, 1,
+            2, 3; see the cuDSS documentation).
         compute_residual: compute ``||b - A x||`` after each solve (one SpMV).
     """
 
@@ -661,7 +662,7 @@ class CudssSolver(_GpuCsrSolver):
         stream = wp.get_stream(device).cuda_stream
         self._solver = nva.DirectSolver(self._mat, self._rhs, options=options, stream=stream)
         if self.reordering is not None:
-            self._solver.plan_config.reordering_algorithm = nva.DirectSolverAlgType(self.reordering)
+            self._solver.plan_config.reordering_algorithm = int(self.reordering)
         self._solver.plan(stream=stream)
 
     def solve(self, A, b, x):

@@ -251,7 +251,7 @@ class Problem:
             vec_t = ns.Dual if self.variable_dim == 1 else getattr(ns, f"DVec{self.variable_dim}", None)
             if vec_t is None:
                 raise ValueError(f"dual variables support variable_dim 1..4, got {self.variable_dim}")
-        types = [None] + [vec_t] * term.spec.valence + ([None] if term.spec.has_data else [])
+        types = [None] + [vec_t] * term.spec.valence + ([term.data_type] if term.spec.has_data else [])
         return instantiate(term.energy, ns, types, module, self.dtype), ns
 
     def _kernel(self, term: _Term, mode: str):

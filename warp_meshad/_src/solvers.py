@@ -699,6 +699,7 @@ class LBFGSSolver(_Driver):
 
     def _accepted(self, x_old, x_new, alpha):
         slot = self._next_slot
+        self._pairs = [pr for pr in self._pairs if pr[0] != slot]  # its s is about to be overwritten
         _lincomb_into(self._s[slot], 1.0, x_new, -1.0, x_old)
         self._pending_slot = slot
 

@@ -50,11 +50,9 @@ def tutte_embedding(mesh: TriMesh) -> np.ndarray:
         )
     n = mesh.vertex_count
     edges = mesh.edges.astype(np.int64)
-    ones = np.ones(edges.shape[0])
-    adjacency = sp.coo_matrix(
-        (np.concatenate([ones, ones]), (np.concatenate([edges[:, 0], edges[:, 1]]), np.concatenate([edges[:, 1], edges[:, 0]]))),
-        shape=(n, n),
-    ).tocsr()
+    rows = np.concatenate([edges[:, 0], edges[:, 1]])
+    cols = np.concatenate([edges[:, 1], edges[:, 0]])
+    adjacency = sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n)).tocsr()
 
     loop = loops[0].astype(np.int64)
     component_count, labels = csgraph.connected_components(adjacency, directed=False)

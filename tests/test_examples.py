@@ -1,0 +1,19 @@
+"""The examples run as written."""
+
+import importlib.util
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_quickstart_runs(device, capsys):
+    f = load("quickstart").main(device)
+    assert f > 0
+    assert "springs on" in capsys.readouterr().out
