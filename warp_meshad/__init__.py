@@ -10,9 +10,33 @@ The device library (dual numbers, ``ad`` math, built-in energies) is :mod:`warp_
 
 from ._src.convert import to_cupy, to_scipy
 from ._src.mesh import MeshError, TriMesh
+from ._src.linear import LinearSolveInfo, make_linear_solver
 from ._src.problem import Problem
+from ._src.solvers import (
+    GaussNewtonSolver,
+    GradientDescentSolver,
+    LBFGSSolver,
+    NewtonCGSolver,
+    NewtonSolver,
+    SolveResult,
+)
 from ._src.tutte import tutte_embedding
 
 __version__ = "0.1.0"
 
-__all__ = ["MeshError", "Problem", "TriMesh", "to_cupy", "to_scipy", "tutte_embedding"]
+__all__ = [
+    "GaussNewtonSolver",
+    "GradientDescentSolver",
+    "LBFGSSolver",
+    "LinearSolveInfo",
+    "MeshError",
+    "NewtonCGSolver",
+    "NewtonSolver",
+    "Problem",
+    "SolveResult",
+    "TriMesh",
+    "make_linear_solver",
+    "to_cupy",
+    "to_scipy",
+    "tutte_embedding",
+]
