@@ -18,8 +18,6 @@ Kernels are built by factories that take the generated module ``D`` as a closure
 to that module's overload sets (Warp looks operator overloads up in the kernel's closure, then globals).
 """
 
-from __future__ import annotations
-
 import functools
 from typing import Any, NamedTuple
 
@@ -37,6 +35,9 @@ NP_DTYPES = {"float32": np.float32, "float64": np.float64}
 TOL = {"float32": (2e-4, 2e-5), "float64": (1e-10, 1e-12)}
 # float64 AD (and closed forms) against central differences
 FD_TOL = (1e-7, 1e-8)
+# each test kernel runs once on one thread: -O0 compiles the long straight-line dual code in seconds, where -O2
+# takes minutes for the k = 6 vector kernel
+KERNEL_OPTIONS = {"optimization_level": 0}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -446,6 +447,9 @@ PLAIN_CASES = [
     ("plain_mat22_mul_literal", 0.5 * S0),
     ("plain_lt_literal", 0.0),  # s < 0.5
     ("plain_literal_lt", 1.0),  # 0.5 < s
+    ("value_of_dual", X0 * X0 + X0 * Y0 + 2.0),  # value(a)
+    ("value_of_plain", S0),  # value(s)
+    ("variable_value", S0),  # variable(s, 1).v
 ]
 
 
@@ -454,13 +458,15 @@ def scalar_kernel(D):
     S = D.S
     add, sub, mul, div = D.add, D.sub, D.mul, D.div
 
-    @wp.kernel(module="unique", enable_backward=False)
+    @wp.kernel(module="unique", enable_backward=False, module_options=KERNEL_OPTIONS)
     def kernel(
         inp: wp.array(dtype=S),
         out: wp.array(dtype=D.Dual),
         known: wp.array(dtype=D.Dual),
         flags: wp.array(dtype=int),
         plain: wp.array(dtype=S),
+        acc_g: wp.array(dtype=D.vecK),
+        acc_h: wp.array(dtype=D.matK),
         count: wp.array(dtype=int),
     ):
         x = D.seed(inp[0], 0)
@@ -628,7 +634,15 @@ def scalar_kernel(D):
         m = _put(plain, m, (mm * 0.5)[2, 0])
         m = _put(plain, m, wp.where(D._wm_lt(s, 0.5), S(1.0), S(0.0)))
         m = _put(plain, m, wp.where(D._wm_lt(0.5, s), S(1.0), S(0.0)))
+        # accessors: value / gradient / hessian of a dual, value of a plain scalar, variable(x, i)
+        m = _put(plain, m, D.value(a))
+        m = _put(plain, m, D.value(s))
+        m = _put(plain, m, D.variable(s, 1).v)
         count[3] = m
+        acc_g[0] = D.gradient(a)
+        acc_g[1] = D.variable(s, 1).g
+        if wp.static(D.HESSIAN):
+            acc_h[0] = D.hessian(a)
 
     return kernel
 
@@ -641,15 +655,17 @@ def scalar_results(dtype: str, hessian: bool = True):
     known = wp.zeros(len(KNOWN_CASES) + 4, dtype=D.Dual)
     flags = wp.full(len(COMPARE_CASES) + 4, -1, dtype=int)
     plain = wp.zeros(len(PLAIN_CASES) + 4, dtype=S)
+    acc_g = wp.zeros(2, dtype=D.vecK)
+    acc_h = wp.zeros(1, dtype=D.matK)
     count = wp.zeros(4, dtype=int)
     inp = wp.array([X0, Y0, S0, 1.0], dtype=S)
-    wp.launch(scalar_kernel(D), dim=1, inputs=[inp, out, known, flags, plain, count])
-    return out.numpy(), known.numpy(), flags.numpy(), plain.numpy(), count.numpy()
+    wp.launch(scalar_kernel(D), dim=1, inputs=[inp, out, known, flags, plain, acc_g, acc_h, count])
+    return out.numpy(), known.numpy(), flags.numpy(), plain.numpy(), count.numpy(), acc_g.numpy(), acc_h.numpy()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_scalar_kernel_writes_every_case(dtype):
-    *_, count = scalar_results(dtype)
+    count = scalar_results(dtype)[4]
     assert list(count) == [len(SCALAR_CASES), len(KNOWN_CASES), len(COMPARE_CASES), len(PLAIN_CASES)]
 
 
@@ -691,9 +707,19 @@ def test_plain_values_with_float_literals(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_gradient_and_hessian_accessors(dtype):
+    *_, acc_g, acc_h = scalar_results(dtype)
+    ref = jet_a(np.array([X0, Y0]))
+    rtol, atol = TOL[dtype]
+    np.testing.assert_allclose(acc_g[0], ref.g, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(acc_g[1], [0.0, 1.0], rtol=0, atol=0)
+    np.testing.assert_allclose(acc_h[0], ref.h, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_gradient_only_mode_matches_hessian_mode(dtype):
-    full, known_full, flags_full, plain_full, _ = scalar_results(dtype, True)
-    grad, known_grad, flags_grad, plain_grad, count = scalar_results(dtype, False)
+    full, known_full, flags_full, plain_full, _, acc_g_full, _ = scalar_results(dtype, True)
+    grad, known_grad, flags_grad, plain_grad, count, acc_g_grad, _ = scalar_results(dtype, False)
     assert "h" not in grad.dtype.names
     assert list(count) == [len(SCALAR_CASES), len(KNOWN_CASES), len(COMPARE_CASES), len(PLAIN_CASES)]
     rtol = 1e-6 if dtype == "float32" else 1e-14
@@ -704,6 +730,7 @@ def test_gradient_only_mode_matches_hessian_mode(dtype):
     np.testing.assert_allclose(known_grad["g"], known_full["g"], rtol=rtol, atol=rtol)
     np.testing.assert_array_equal(flags_grad, flags_full)
     np.testing.assert_allclose(plain_grad, plain_full, rtol=rtol)
+    np.testing.assert_allclose(acc_g_grad, acc_g_full, rtol=rtol)
     # and against the closed forms
     z = np.array([X0, Y0])
     for i, (name, ref_fn) in enumerate(SCALAR_CASES[:n]):
@@ -873,7 +900,7 @@ def vector_kernel(D):
     S = D.S
     add, sub, mul, div = D.add, D.sub, D.mul, D.div
 
-    @wp.kernel(module="unique", enable_backward=False)
+    @wp.kernel(module="unique", enable_backward=False, module_options=KERNEL_OPTIONS)
     def kernel(
         vin: wp.array(dtype=wp.types.vector(length=3, dtype=S)),
         sin: wp.array(dtype=S),
@@ -1015,3 +1042,481 @@ def test_vector_op(dtype, name):
     out, _ = vector_results(dtype)
     case = next(c for c in VEC_CASES if c.name == name)
     check_case(case, out, _offsets(VEC_CASES)[name], dtype, Z_VEC)
+
+
+# ============================================================================================================
+# dual matrices: A a seeded 2x2 (k = 4, z = A row-major); M a 3x3 from mat33_cols of three seeded vec3 (k = 9,
+# z[3 j + i] = M[i, j]); P a plain matrix, q a plain vector, s a runtime scalar
+# ============================================================================================================
+
+
+def det_jet(mat, basis):
+    """det and its derivatives along the matrices ``basis[a] = dA/dz_a``: d det = det tr(A^-1 dA),
+    d2 det = det (tr(A^-1 E_a) tr(A^-1 E_b) - tr(A^-1 E_a A^-1 E_b))."""
+    ai = np.linalg.inv(mat)
+    d = np.linalg.det(mat)
+    t = np.array([np.trace(ai @ e) for e in basis])
+    tt = np.array([[np.trace(ai @ ea @ ai @ eb) for eb in basis] for ea in basis])
+    return Jet(np.array([d]), (d * t)[None], (d * (np.outer(t, t) - tt))[None])
+
+
+def inverse_jet(mat, basis):
+    """inverse and its derivatives: dX = -X E_a X, d2X = X E_a X E_b X + X E_b X E_a X (X = A^-1), row-major."""
+    x = np.linalg.inv(mat)
+    k = len(basis)
+    g = np.stack([-x @ e @ x for e in basis], axis=-1)
+    h = np.zeros(mat.shape + (k, k))
+    for a, ea in enumerate(basis):
+        for b, eb in enumerate(basis):
+            h[..., a, b] = x @ ea @ x @ eb @ x + x @ eb @ x @ ea @ x
+    n = mat.size
+    return Jet(x.ravel(), g.reshape(n, k), h.reshape(n, k, k))
+
+
+def _basis(n, index_of):
+    """dA/dz_a for the variable layout ``index_of(a) -> (row, col)``."""
+    out = []
+    for a in range(n * n):
+        e = np.zeros((n, n))
+        e[index_of(a)] = 1.0
+        out.append(e)
+    return out
+
+
+A0 = np.array([[1.2, -0.4], [0.3, 0.9]])
+PM2 = np.array([[0.5, 0.1], [-0.2, 0.8]])
+Q2 = np.array([0.3, -0.6])
+Z_M22 = A0.ravel()
+BASIS22 = _basis(2, lambda a: (a // 2, a % 2))
+
+
+def _a(z):
+    return np.asarray(z).reshape(2, 2)
+
+
+M22_CASES = [
+    Case("mat22_rows_seeded", 4, lambda z: _a(z).ravel()),
+    Case("seed_vec4", 4, lambda z: z),
+    Case("det_2x2", 1, lambda z: [np.linalg.det(_a(z))], lambda z: det_jet(_a(z), BASIS22)),
+    Case("inverse_2x2", 4, lambda z: np.linalg.inv(_a(z)).ravel(), lambda z: inverse_jet(_a(z), BASIS22)),
+    Case("inverse_times_matrix_2x2", 4, lambda z: np.eye(2).ravel(), lambda z: const_jet(np.eye(2).ravel(), 4)),
+    Case("transpose_2x2", 4, lambda z: _a(z).T.ravel()),
+    Case("trace_2x2", 1, lambda z: [np.trace(_a(z))]),
+    Case("frobenius_sq_2x2", 1, lambda z: [np.sum(_a(z) ** 2)]),
+    Case("matmul_2x2_dual_dual", 4, lambda z: (_a(z) @ _a(z)).ravel()),
+    Case("mul_operator_2x2_dual_dual", 4, lambda z: (_a(z) @ _a(z).T).ravel()),
+    Case("matmul_2x2_dual_plain", 4, lambda z: (_a(z) @ PM2).ravel()),
+    Case("matmul_2x2_plain_dual", 4, lambda z: (PM2 @ _a(z)).ravel()),
+    Case("matvec_2x2_dual_dual", 2, lambda z: _a(z) @ z[[3, 1]]),
+    Case("matvec_2x2_dual_plain", 2, lambda z: _a(z) @ Q2),
+    Case("matvec_2x2_plain_dual", 2, lambda z: PM2 @ z[[3, 1]]),
+    Case("mat_add_2x2_dual_dual", 4, lambda z: (_a(z) + _a(z).T).ravel()),
+    Case("mat_sub_2x2_dual_plain", 4, lambda z: (_a(z) - PM2).ravel()),
+    Case("mat_add_2x2_plain_dual", 4, lambda z: (PM2 + _a(z)).ravel()),
+    Case("mat_sub_2x2_plain_dual", 4, lambda z: (PM2 - _a(z)).ravel()),
+    Case("mat_neg_2x2", 4, lambda z: -z),
+    Case("mat_mul_2x2_scalar", 4, lambda z: z * S0),
+    Case("mat_mul_scalar_2x2", 4, lambda z: S0 * z),
+    Case("mat_mul_2x2_float_literal", 4, lambda z: z * 1.5),
+    Case("mat_div_2x2_scalar", 4, lambda z: z / S0),
+    Case("mat_div_2x2_float_literal", 4, lambda z: z / 1.5),
+    Case("mat_mul_2x2_dualscalar", 4, lambda z: z * np.linalg.det(_a(z))),
+    Case("mat_mul_dualscalar_2x2", 4, lambda z: np.linalg.det(_a(z)) * z),
+    Case("mat_div_2x2_dualscalar", 4, lambda z: z / np.trace(_a(z))),
+    Case("mat22_mixed", 4, lambda z: [z[0], S0, z[2], z[3]]),
+    Case("mat22_cols_dual_plain", 4, lambda z: np.column_stack([z[[0, 2]], Q2]).ravel()),
+    Case("mat22_rows_plain_dual", 4, lambda z: np.vstack([Q2, z[[2, 3]]]).ravel()),
+    Case("mat22_cols_dual_dual", 4, lambda z: np.column_stack([z[[0, 2]], z[[1, 3]]]).ravel()),
+    Case("index2_2x2", 4, lambda z: z),  # A[i, j] with runtime (i, j) in row-major order
+    Case("where_2x2_true", 4, lambda z: z),
+    Case("where_2x2_false", 4, lambda z: _a(z).T.ravel()),
+    Case("select_2x2_true", 4, lambda z: _a(z).T.ravel()),
+    Case("select_2x2_false", 4, lambda z: z),
+    Case("const_mat22", 4, lambda z: PM2.ravel()),
+]
+
+
+def mat22_kernel(D):
+    """k = 4 kernel: every case of M22_CASES, in order."""
+    S = D.S
+    add, sub, mul, div = D.add, D.sub, D.mul, D.div
+    vec2 = wp.types.vector(length=2, dtype=S)
+    mat22 = wp.types.matrix(shape=(2, 2), dtype=S)
+
+    @wp.kernel(module="unique", enable_backward=False, module_options=KERNEL_OPTIONS)
+    def kernel(
+        vin: wp.array(dtype=vec2),
+        pin: wp.array(dtype=mat22),
+        sin: wp.array(dtype=S),
+        idx: wp.array(dtype=int),
+        out: wp.array(dtype=D.Dual),
+        plain: wp.array(dtype=vec2),
+        count: wp.array(dtype=int),
+    ):
+        a = D.mat22_rows(D.seed(vin[0], 0), D.seed(vin[1], 2))
+        q = vin[2]
+        pm = pin[0]
+        s = sin[0]
+        t = sin[1] > S(0.0)
+        f = sin[1] < S(0.0)
+        i = int(0)
+        i = _put22(out, i, a)
+        i = _put4(out, i, D.seed(wp.vector(vin[0][0], vin[0][1], vin[1][0], vin[1][1]), 0))
+        i = _put(out, i, D.det(a))
+        i = _put22(out, i, D.inverse(a))
+        i = _put22(out, i, D.matmul(D.inverse(a), a))
+        i = _put22(out, i, D.transpose(a))
+        i = _put(out, i, D.trace(a))
+        i = _put(out, i, D.frobenius_sq(a))
+        i = _put22(out, i, D.matmul(a, a))
+        i = _put22(out, i, a * D.transpose(a))
+        i = _put22(out, i, D.matmul(a, pm))
+        i = _put22(out, i, D.matmul(pm, a))
+        dv = D.vec2(a.m11, a.m01)
+        i = _put2(out, i, D.matmul(a, dv))
+        i = _put2(out, i, a * q)
+        i = _put2(out, i, pm * dv)
+        i = _put22(out, i, add(a, D.transpose(a)))
+        i = _put22(out, i, sub(a, pm))
+        i = _put22(out, i, pm + a)
+        i = _put22(out, i, pm - a)
+        i = _put22(out, i, D._wm_neg(a))
+        i = _put22(out, i, mul(a, s))
+        i = _put22(out, i, s * a)
+        i = _put22(out, i, a * 1.5)
+        i = _put22(out, i, div(a, s))
+        i = _put22(out, i, a / 1.5)
+        i = _put22(out, i, a * D.det(a))
+        i = _put22(out, i, D.det(a) * a)
+        i = _put22(out, i, a / D.trace(a))
+        i = _put22(out, i, D.mat22(a.m00, s, a.m10, a.m11))
+        i = _put22(out, i, D.mat22_cols(D.vec2(a.m00, a.m10), q))
+        i = _put22(out, i, D.mat22_rows(q, D.vec2(a.m10, a.m11)))
+        i = _put22(out, i, D.mat22_cols(D.vec2(a.m00, a.m10), D.vec2(a.m01, a.m11)))
+        i = _put(out, i, D._wm_index2(a, idx[0], idx[0]))
+        i = _put(out, i, D._wm_index2(a, idx[0], idx[1]))
+        i = _put(out, i, D._wm_index2(a, idx[1], idx[0]))
+        i = _put(out, i, D._wm_index2(a, idx[1], idx[1]))
+        i = _put22(out, i, D.where(t, a, D.transpose(a)))
+        i = _put22(out, i, D.where(f, a, D.transpose(a)))
+        i = _put22(out, i, D.select(t, a, D.transpose(a)))
+        i = _put22(out, i, D.select(f, a, D.transpose(a)))
+        i = _put22(out, i, D.const(pm))
+        count[0] = i
+        plain[0] = q
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
+def mat22_results(dtype: str):
+    S = DTYPES[dtype]
+    D = ad.duals(4, S)
+    vec2 = wp.types.vector(length=2, dtype=S)
+    inputs = [
+        wp.array(np.vstack([A0, Q2]), dtype=vec2),
+        wp.array(PM2[None], dtype=wp.types.matrix(shape=(2, 2), dtype=S)),
+        wp.array([S0, 1.0], dtype=S),
+        wp.array([0, 1], dtype=int),
+    ]
+    return _run_case_kernel(mat22_kernel, D, dtype, M22_CASES, inputs, vec2)
+
+
+@pytest.mark.parametrize("name", [c.name for c in M22_CASES])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mat22_op(dtype, name):
+    out, _ = mat22_results(dtype)
+    case = next(c for c in M22_CASES if c.name == name)
+    check_case(case, out, _offsets(M22_CASES)[name], dtype, Z_M22)
+
+
+M0 = np.array([[1.3, 0.2, -0.4], [0.1, 0.9, 0.3], [-0.5, 0.2, 1.1]])
+PM3 = np.array([[0.4, -0.1, 0.2], [0.3, 0.7, -0.5], [0.0, 0.6, 0.1]])
+Q3 = np.array([0.3, -0.6, 0.2])
+Z_M33 = M0.T.ravel()  # columns
+BASIS33 = _basis(3, lambda a: (a % 3, a // 3))
+
+
+def _m(z):
+    return np.asarray(z).reshape(3, 3).T
+
+
+M33_CASES = [
+    Case("mat33_cols_seeded", 9, lambda z: _m(z).ravel()),
+    Case("mat33_rows_seeded", 9, lambda z: z),
+    Case("det_3x3", 1, lambda z: [np.linalg.det(_m(z))], lambda z: det_jet(_m(z), BASIS33)),
+    Case("inverse_3x3", 9, lambda z: np.linalg.inv(_m(z)).ravel(), lambda z: inverse_jet(_m(z), BASIS33)),
+    Case("inverse_times_matrix_3x3", 9, lambda z: np.eye(3).ravel(), lambda z: const_jet(np.eye(3).ravel(), 9)),
+    Case("transpose_3x3", 9, lambda z: z),
+    Case("trace_3x3", 1, lambda z: [np.trace(_m(z))]),
+    Case("frobenius_sq_3x3", 1, lambda z: [z @ z]),
+    Case("matmul_3x3_dual_dual", 9, lambda z: (_m(z) @ _m(z)).ravel()),
+    Case("matmul_3x3_dual_plain", 9, lambda z: (_m(z) @ PM3).ravel()),
+    Case("matmul_3x3_plain_dual", 9, lambda z: (PM3 @ _m(z)).ravel()),
+    Case("matvec_3x3_dual_dual", 3, lambda z: _m(z) @ z[:3]),
+    Case("matvec_3x3_dual_plain", 3, lambda z: _m(z) @ Q3),
+    Case("matvec_3x3_plain_dual", 3, lambda z: PM3 @ z[:3]),
+    Case("mat33_cols_mixed", 9, lambda z: np.column_stack([z[:3], Q3, z[6:]]).ravel()),
+    Case("mat33_rows_mixed", 9, lambda z: np.vstack([Q3, z[3:6], Q3]).ravel()),
+    Case("mat_add_3x3_dual_plain", 9, lambda z: (_m(z) + PM3).ravel()),
+    Case("mat_sub_3x3_dual_dual", 9, lambda z: (_m(z) - _m(z).T).ravel()),
+    Case("mat_neg_3x3", 9, lambda z: -_m(z).ravel()),
+    Case("mat_mul_3x3_scalar", 9, lambda z: S0 * _m(z).ravel()),
+    Case("mat_mul_3x3_float_literal", 9, lambda z: 1.5 * _m(z).ravel()),
+    Case("mat_div_3x3_dualscalar", 9, lambda z: _m(z).ravel() / np.linalg.det(_m(z))),
+    Case("index2_3x3", 2, lambda z: [_m(z)[2, 1], _m(z)[0, 2]]),
+    Case("where_3x3_true", 9, lambda z: _m(z).ravel()),
+    Case("where_3x3_false", 9, lambda z: z),
+    Case("select_3x3_true", 9, lambda z: z),
+    Case("select_3x3_false", 9, lambda z: _m(z).ravel()),
+    Case("const_mat33", 9, lambda z: PM3.ravel()),
+]
+
+
+def mat33_kernel(D):
+    """k = 9 kernel: every case of M33_CASES, in order."""
+    S = D.S
+    add, sub, mul, div = D.add, D.sub, D.mul, D.div
+    vec3 = wp.types.vector(length=3, dtype=S)
+    mat33 = wp.types.matrix(shape=(3, 3), dtype=S)
+
+    @wp.kernel(module="unique", enable_backward=False, module_options=KERNEL_OPTIONS)
+    def kernel(
+        vin: wp.array(dtype=vec3),
+        pin: wp.array(dtype=mat33),
+        sin: wp.array(dtype=S),
+        idx: wp.array(dtype=int),
+        out: wp.array(dtype=D.Dual),
+        plain: wp.array(dtype=vec3),
+        count: wp.array(dtype=int),
+    ):
+        c0 = D.seed(vin[0], 0)
+        c1 = D.seed(vin[1], 3)
+        c2 = D.seed(vin[2], 6)
+        m = D.mat33_cols(c0, c1, c2)
+        mt = D.transpose(m)
+        q = vin[3]
+        pm = pin[0]
+        s = sin[0]
+        t = sin[1] > S(0.0)
+        f = sin[1] < S(0.0)
+        i = int(0)
+        i = _put33(out, i, m)
+        i = _put33(out, i, D.mat33_rows(c0, c1, c2))
+        d = D.det(m)
+        i = _put(out, i, d)
+        mi = D.inverse(m)
+        i = _put33(out, i, mi)
+        i = _put33(out, i, mi * m)
+        i = _put33(out, i, mt)
+        i = _put(out, i, D.trace(m))
+        i = _put(out, i, D.frobenius_sq(m))
+        i = _put33(out, i, D.matmul(m, m))
+        i = _put33(out, i, D.matmul(m, pm))
+        i = _put33(out, i, pm * m)
+        i = _put3(out, i, m * c0)
+        i = _put3(out, i, D.matmul(m, q))
+        i = _put3(out, i, pm * c0)
+        i = _put33(out, i, D.mat33_cols(c0, q, c2))
+        i = _put33(out, i, D.mat33_rows(q, c1, q))
+        i = _put33(out, i, add(m, pm))
+        i = _put33(out, i, sub(m, mt))
+        i = _put33(out, i, D._wm_neg(m))
+        i = _put33(out, i, mul(s, m))
+        i = _put33(out, i, 1.5 * m)
+        i = _put33(out, i, div(m, d))
+        i = _put(out, i, D._wm_index2(m, idx[2], idx[1]))
+        i = _put(out, i, D._wm_index2(m, idx[0], idx[2]))
+        i = _put33(out, i, D.where(t, m, mt))
+        i = _put33(out, i, D.where(f, m, mt))
+        i = _put33(out, i, D.select(t, m, mt))
+        i = _put33(out, i, D.select(f, m, mt))
+        i = _put33(out, i, D.const(pm))
+        count[0] = i
+        plain[0] = q
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
+def mat33_results(dtype: str):
+    S = DTYPES[dtype]
+    D = ad.duals(9, S)
+    vec3 = wp.types.vector(length=3, dtype=S)
+    inputs = [
+        wp.array(np.vstack([M0.T, Q3]), dtype=vec3),
+        wp.array(PM3[None], dtype=wp.types.matrix(shape=(3, 3), dtype=S)),
+        wp.array([S0, 1.0], dtype=S),
+        wp.array([0, 1, 2], dtype=int),
+    ]
+    return _run_case_kernel(mat33_kernel, D, dtype, M33_CASES, inputs, vec3)
+
+
+@pytest.mark.parametrize("name", [c.name for c in M33_CASES])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mat33_op(dtype, name):
+    out, _ = mat33_results(dtype)
+    case = next(c for c in M33_CASES if c.name == name)
+    check_case(case, out, _offsets(M33_CASES)[name], dtype, Z_M33)
+
+
+# ============================================================================================================
+# value() of dual vectors and matrices
+# ============================================================================================================
+
+VALUE_BUG = (
+    "generated value(DVec*/DMat*) builds its result with `wp.types.vector(length=n, dtype=S)(...)` / "
+    "`wp.types.matrix(shape=(n, n), dtype=S)(...)` inside a @wp.func, which Warp 1.19 codegen cannot call "
+    "('Var' object has no attribute 'is_builtin')"
+)
+
+
+def value_vec3_kernel(D):
+    S = D.S
+    vec3 = wp.types.vector(length=3, dtype=S)
+
+    @wp.kernel(module="unique", enable_backward=False, module_options=KERNEL_OPTIONS)
+    def kernel(vin: wp.array(dtype=vec3), out: wp.array(dtype=vec3)):
+        u = D.seed(vin[0], 0)
+        out[0] = D.value(u)
+
+    return kernel
+
+
+def value_mat33_kernel(D):
+    S = D.S
+    mat33 = wp.types.matrix(shape=(3, 3), dtype=S)
+
+    @wp.kernel(module="unique", enable_backward=False, module_options=KERNEL_OPTIONS)
+    def kernel(pin: wp.array(dtype=mat33), out: wp.array(dtype=mat33)):
+        m = D.mul(D.const(pin[0]), D.seed(S(2.0), 0))
+        out[0] = D.value(m)
+
+    return kernel
+
+
+@pytest.mark.xfail(strict=True, reason=VALUE_BUG)
+def test_value_of_dual_vec3():
+    S = wp.float64
+    vec3 = wp.types.vector(length=3, dtype=S)
+    out = wp.zeros(1, dtype=vec3)
+    wp.launch(value_vec3_kernel(ad.duals(3, S)), dim=1, inputs=[wp.array(U0[None], dtype=vec3), out])
+    np.testing.assert_allclose(out.numpy()[0], U0)
+
+
+@pytest.mark.xfail(strict=True, reason=VALUE_BUG)
+def test_value_of_dual_mat33():
+    S = wp.float64
+    mat33 = wp.types.matrix(shape=(3, 3), dtype=S)
+    out = wp.zeros(1, dtype=mat33)
+    wp.launch(value_mat33_kernel(ad.duals(3, S)), dim=1, inputs=[wp.array(M0[None], dtype=mat33), out])
+    np.testing.assert_allclose(out.numpy()[0], 2.0 * M0)
+
+
+# ============================================================================================================
+# project_psd: per-element projection of a symmetric k x k matrix onto the PSD cone
+# ============================================================================================================
+
+PSD_SIZES = [(6, "float32"), (6, "float64"), (12, "float32"), (12, "float64")]
+PSD_TOL = {"float32": 2e-5, "float64": 1e-11}  # relative to the matrix norm
+
+
+def psd_kernel(D):
+    matK = D.matK
+
+    @wp.kernel(module="unique", enable_backward=False, module_options=KERNEL_OPTIONS)
+    def kernel(
+        hin: wp.array(dtype=matK),
+        eps: wp.array(dtype=D.S),
+        absolute: wp.array(dtype=int),
+        n: wp.array(dtype=int),
+        hout: wp.array(dtype=matK),
+    ):
+        e = wp.tid()
+        hout[e] = D.project_psd(hin[e], eps[e], absolute[e], n[e])
+
+    return kernel
+
+
+def _sym(rng, k):
+    m = rng.standard_normal((k, k))
+    return 0.5 * (m + m.T)
+
+
+def reference_projection(h, eps, absolute):
+    lam, vec = np.linalg.eigh(h)
+    lam = np.abs(lam) if absolute else lam
+    return (vec * np.maximum(lam, eps)) @ vec.T
+
+
+@functools.lru_cache(maxsize=None)
+def psd_results(k: int, dtype: str):
+    """Batch: indefinite (clamp, abs, eps 0 / 0.1), positive definite, diagonal, zero, and a leading block."""
+    rng = np.random.default_rng(7 + k)
+    cases = []  # (name, input, eps, absolute, n)
+    for r in range(3):
+        h = _sym(rng, k)
+        cases += [
+            (f"indefinite{r}_clamp", h, 0.0, 0, k),
+            (f"indefinite{r}_abs", h, 0.0, 1, k),
+            (f"indefinite{r}_clamp_eps", h, 0.1, 0, k),
+            (f"indefinite{r}_abs_eps", h, 0.1, 1, k),
+        ]
+    m = rng.standard_normal((k, k))
+    spd = m @ m.T + 0.5 * np.eye(k)
+    cases += [("positive_definite_clamp", spd, 1e-3, 0, k), ("positive_definite_abs", spd, 1e-3, 1, k)]
+    diag = np.diag(rng.uniform(-2.0, 2.0, k))
+    cases += [("diagonal_clamp", diag, 0.0, 0, k), ("diagonal_abs", diag, 0.0, 1, k)]
+    cases += [("zero_eps", np.zeros((k, k)), 0.25, 0, k)]
+    block = np.zeros((k, k))
+    block[: k // 2, : k // 2] = _sym(rng, k // 2)
+    cases += [("leading_block", block, 0.0, 0, k // 2)]
+    S = DTYPES[dtype]
+    D = ad.duals(k, S)
+    hin = wp.array(np.stack([c[1] for c in cases]), dtype=D.matK)
+    hout = wp.zeros(len(cases), dtype=D.matK)
+    wp.launch(
+        psd_kernel(D),
+        dim=len(cases),
+        inputs=[
+            hin,
+            wp.array([c[2] for c in cases], dtype=S),
+            wp.array([c[3] for c in cases], dtype=int),
+            wp.array([c[4] for c in cases], dtype=int),
+            hout,
+        ],
+    )
+    return cases, hout.numpy().astype(np.float64)
+
+
+PSD_CASE_NAMES = [f"indefinite{r}_{m}" for r in range(3) for m in ("clamp", "abs", "clamp_eps", "abs_eps")] + [
+    "positive_definite_clamp",
+    "positive_definite_abs",
+    "diagonal_clamp",
+    "diagonal_abs",
+    "zero_eps",
+    "leading_block",
+]
+
+
+@pytest.mark.parametrize("name", PSD_CASE_NAMES)
+@pytest.mark.parametrize("k, dtype", PSD_SIZES)
+def test_project_psd(k, dtype, name):
+    cases, hout = psd_results(k, dtype)
+    index = [c[0] for c in cases].index(name)
+    _, h, eps, absolute, n = cases[index]
+    got = hout[index]
+    tol = PSD_TOL[dtype] * max(1.0, np.linalg.norm(h, 2))
+    expected = np.zeros((k, k))
+    expected[:n, :n] = reference_projection(h[:n, :n], eps, absolute)
+    # against the eigendecomposition (clamp: max(lambda, eps); abs: max(|lambda|, eps))
+    np.testing.assert_allclose(got, expected, rtol=0, atol=tol, err_msg=name)
+    np.testing.assert_allclose(got, got.T, rtol=0, atol=tol, err_msg=f"{name}: symmetry")
+    # positive semi-definite, eigenvalues at least eps on the projected block
+    assert np.linalg.eigvalsh(got[:n, :n]).min() >= eps - tol, name
+    if name.startswith("positive_definite"):
+        # already PSD with eigenvalues above eps: unchanged
+        np.testing.assert_allclose(got, h, rtol=0, atol=tol)
+    if name.startswith("indefinite") and name.endswith("abs"):
+        # |lambda| keeps the curvature magnitude: same Frobenius norm as the input
+        np.testing.assert_allclose(np.linalg.norm(got), np.linalg.norm(h), rtol=10 * PSD_TOL[dtype])

@@ -374,3 +374,30 @@ def test_eval_without_terms_or_residuals_fails_clearly(device):
     p.add_term(np.array([[0, 1]]), spring, make_data(device, 1))
     with pytest.raises(RuntimeError, match="no residual terms"):
         p.eval_residuals_with_jacobian(wp.zeros(4, dtype=wp.vec3d, device=device))
+
+
+def test_deterministic_mode_matches_atomic_mode_and_repeats_bitwise(device):
+    mesh, x = grid_mesh(5, seed=9)
+    p = spring_problem(mesh, device)
+    q = wm.Problem(mesh.vertex_count, 3, device=device, deterministic=True)
+    for t in p.terms:
+        q.add_term(t.elements_np, t.energy, t.data, weight=t.weight)
+    xw = wp.array(x, dtype=wp.vec3d, device=device)
+    v = wp.array(np.random.default_rng(10).normal(size=x.shape), dtype=wp.vec3d, device=device)
+    f, g, H = p.eval_with_hessian(xw)
+    g, Hd = g.numpy().copy(), dense(H)
+    hv = p.hessian_vector_product(xw, v).numpy().copy()
+    runs = []
+    for _ in range(3):
+        fq, gq, Hq = q.eval_with_hessian(xw)
+        fe, ge = q.eval_with_gradient(xw)
+        runs.append((fq, gq.numpy().copy(), Hq.values.numpy().copy(), q.eval(xw), fe, ge.numpy().copy(),
+                     q.hessian_vector_product(xw, v).numpy().copy()))
+    np.testing.assert_allclose(runs[0][0], f, rtol=1e-12)
+    np.testing.assert_allclose(runs[0][1], g, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(dense(Hq), Hd, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(runs[0][3], f, rtol=1e-12)
+    np.testing.assert_allclose(runs[0][6], hv, rtol=1e-12, atol=1e-12)
+    for r in runs[1:]:
+        for a, b in zip(r, runs[0]):
+            assert np.array_equal(np.asarray(a), np.asarray(b))

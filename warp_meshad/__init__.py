@@ -8,11 +8,21 @@ storage preallocated from the mesh topology.
 The device library (dual numbers, ``ad`` math, built-in energies) is :mod:`warp_meshad.kernels`.
 """
 
-from ._src.convert import to_cupy, to_scipy
-from ._src.mesh import MeshError, TriMesh
-from ._src.linear import LinearSolveInfo, make_linear_solver
-from ._src.problem import Problem
-from ._src.solvers import (
+import os as _os
+
+# Running from a source checkout without installing (PYTHONPATH=<repo>): the device library lives in
+# <repo>/kernels and is installed as warp_meshad.kernels; let the same name resolve here.
+_root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isfile(
+    _os.path.join(_root, "kernels", "_dualgen.py")
+) and not any(_os.path.isfile(_os.path.join(p, "kernels", "_dualgen.py")) for p in __path__):
+    __path__.append(_root)
+
+from ._src.convert import to_cupy, to_scipy  # noqa: E402
+from ._src.mesh import MeshError, TriMesh  # noqa: E402
+from ._src.linear import LinearSolveInfo, make_linear_solver  # noqa: E402
+from ._src.problem import Problem  # noqa: E402
+from ._src.solvers import (  # noqa: E402
     GaussNewtonSolver,
     GradientDescentSolver,
     LBFGSSolver,
@@ -20,7 +30,7 @@ from ._src.solvers import (
     NewtonSolver,
     SolveResult,
 )
-from ._src.tutte import tutte_embedding
+from ._src.tutte import tutte_embedding  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -52,8 +52,13 @@ def _components(expr: str, rdim: int) -> list[str]:
     return [f"{expr}.{_XYZW[c]}" for c in range(rdim)]
 
 
-def kernel_source(spec: KernelSpec, mode: str, name: str) -> str:
-    """Source text of the kernel ``name`` for ``mode`` (see :data:`MODES`)."""
+def kernel_source(spec: KernelSpec, mode: str, name: str, deterministic: bool = False) -> str:
+    """Source text of the kernel ``name`` for ``mode`` (see :data:`MODES`).
+
+    With ``deterministic``, nothing is accumulated with float atomics: each element writes its
+    energy, gradient blocks and Hessian blocks to its own places of contribution buffers (offsets
+    ``det_off`` = (energy, gradient, Hessian) of the term), summed later in a fixed order.
+    """
     n, d, k = spec.valence, spec.dim, spec.k
     res = spec.residual_dim > 0
     args = ["elements: wp.array2d(dtype=wp.int32)", "x: wp.array(dtype=_VarT)"]
@@ -73,6 +78,21 @@ def kernel_source(spec: KernelSpec, mode: str, name: str) -> str:
     xs = ", ".join(f"x{a}" for a in range(n))
     rname = "rv" if (res and spec.residual_dim > 1 and mode not in ("probe", "residual", "jacobian", "gauss_newton", "energy")) else "r"
     body.append(f"{rname} = _energy(e, {xs}{call_data})")
+
+    def scatter_energy(expr):
+        if deterministic:
+            return f"energy_out[det_off[0] + e] = {expr}"
+        return f"wp.atomic_add(energy_out, 0, {expr})"
+
+    def scatter_vec(arr, a, expr):
+        if deterministic:
+            return f"{arr}[det_off[1] + e * {n} + {a}] = {expr}"
+        return f"wp.atomic_add({arr}, i{a}, {expr})"
+
+    def scatter_block(a, b, expr):
+        if deterministic:
+            return f"hvals[det_off[2] + e * {n * n} + {a * n + b}] = {expr}"
+        return f"wp.atomic_add(hvals, slots[e, {a * n + b}], {expr})"
 
     def block(expr_of, prefix=""):
         """Constructor of a d x d block (or scalar) from h-index expressions."""
@@ -94,7 +114,7 @@ def kernel_source(spec: KernelSpec, mode: str, name: str) -> str:
             body.append("f = _S(0.5) * " + ("_D.sq(r)" if spec.residual_dim == 1 else "_D.length_sq(r)"))
         else:
             body.append("f = r")
-        body.append("wp.atomic_add(energy_out, 0, weight * f)")
+        body.append(scatter_energy("weight * f"))
     elif mode == "residual":
         args += ["row_start: int", "res_out: wp.array(dtype=_S)"]
         body.append("sw = wp.sqrt(weight)")
@@ -131,7 +151,7 @@ def kernel_source(spec: KernelSpec, mode: str, name: str) -> str:
                 body.append(f"gc{c} = rc{c}.g")
                 body.append(f"g = g + gc{c} * rc{c}.v")
                 body.append(f"h = h + wp.outer(gc{c}, gc{c})")
-            body.append("wp.atomic_add(energy_out, 0, _S(0.5) * weight * f)")
+            body.append(scatter_energy("_S(0.5) * weight * f"))
             body.append("g = g * weight")
             body.append("h = h * weight")
         else:
@@ -139,7 +159,7 @@ def kernel_source(spec: KernelSpec, mode: str, name: str) -> str:
                 body.append(
                     "r = _D.mul(_D.sq(r), _S(0.5))" if spec.residual_dim == 1 else "r = _D.mul(_D.length_sq(rv), _S(0.5))"
                 )
-            body.append("wp.atomic_add(energy_out, 0, weight * r.v)")
+            body.append(scatter_energy("weight * r.v"))
             body.append("g = r.g * weight")
             if mode in ("hessian", "hvp"):
                 body.append("h = r.h * weight")
@@ -157,22 +177,24 @@ def kernel_source(spec: KernelSpec, mode: str, name: str) -> str:
             body.append(f"vl = _VecK({vals})")
             body.append("hvl = h * vl")
             for a in range(n):
-                body.append(f"wp.atomic_add(hv_out, i{a}, {vecblock('hvl', a)})")
+                body.append(scatter_vec("hv_out", a, vecblock("hvl", a)))
         else:
             for a in range(n):
-                body.append(f"wp.atomic_add(grad, i{a}, {vecblock('g', a)})")
+                body.append(scatter_vec("grad", a, vecblock("g", a)))
         if mode in ("hessian", "hessian_proj", "gauss_newton"):
             args += ["slots: wp.array2d(dtype=wp.int32)", "hvals: wp.array(dtype=_BlockT)"]
             for a in range(n):
                 for b in range(n):
                     blk = block(lambda i, j, a=a, b=b: f"h[{a * d + i}, {b * d + j}]")
-                    body.append(f"wp.atomic_add(hvals, slots[e, {a * n + b}], {blk})")
+                    body.append(scatter_block(a, b, blk))
+    if deterministic and mode not in ("probe", "residual", "jacobian"):
+        args.append("det_off: wp.vec3i")
     lines = [f"def {name}(" + ", ".join(args) + "):"]
     lines += ["    " + s for s in body]
     return "\n".join(lines) + "\n"
 
 
-def make_kernel(spec: KernelSpec, mode: str, energy_fn, ns, data_type, label: str):
+def make_kernel(spec: KernelSpec, mode: str, energy_fn, ns, data_type, label: str, deterministic: bool = False):
     """Compile-ready ``wp.Kernel`` for one term and mode.
 
     Args:
@@ -200,10 +222,10 @@ def make_kernel(spec: KernelSpec, mode: str, energy_fn, ns, data_type, label: st
         "_DataT": data_type,
         "_energy": energy_fn,
     }
-    tmp = kernel_source(spec, mode, "kernel")
+    tmp = kernel_source(spec, mode, "kernel", deterministic)
     digest = hashlib.sha1((tmp + energy_fn.key).encode()).hexdigest()[:10]
-    name = f"wm_{label}_{mode}_{digest}"
-    src = kernel_source(spec, mode, name)
+    name = f"wm_{label}_{mode}{'_det' if deterministic else ''}_{digest}"
+    src = kernel_source(spec, mode, name, deterministic)
     code = compile(src, f"<warp_meshad kernel {name}>", "exec", dont_inherit=True)
     exec(code, scope)
     pyfn = scope[name]

@@ -20,6 +20,7 @@ from warp_meshad.kernels import _dualgen
 from .energy import describe_energy, instantiate
 from .kernelgen import KernelSpec, make_kernel
 from .pattern import build_hessian_pattern, build_jacobian_pattern
+from .reduce import contribution_lists, gather_sum, ordered_total
 
 __all__ = ["Problem"]
 
@@ -73,6 +74,10 @@ class Problem:
         variable_dim: scalars per variable (1 gives scalar variables; 2, 3, 4 give vectors).
         dtype: ``wp.float32`` or ``wp.float64``.
         device: Warp device ("cpu", "cuda:0", ...); default: Warp's default device.
+        deterministic: when True, no float atomics are used: every element writes its contributions
+            to its own buffer slots and each target adds them in a fixed order, so results are
+            bitwise identical run to run (the Jacobian of residual terms is exempt only where one
+            element repeats a variable). Costs memory for one block per element pair.
 
     Variables ``x`` are a ``wp.array`` of shape [variable_count] with dtype ``vec{variable_dim}``
     of ``dtype`` (or ``dtype`` itself when ``variable_dim == 1``), on ``device``.
@@ -81,7 +86,7 @@ class Problem:
     valid until the next evaluation of the same kind (copy them to keep them).
     """
 
-    def __init__(self, variable_count: int, variable_dim: int = 3, dtype=wp.float64, device=None):
+    def __init__(self, variable_count: int, variable_dim: int = 3, dtype=wp.float64, device=None, deterministic: bool = False):
         if not isinstance(variable_count, (int, np.integer)) or isinstance(variable_count, bool) or variable_count < 1:
             raise ValueError(f"Problem(variable_count=...) must be a positive int, got {variable_count!r}")
         if not isinstance(variable_dim, (int, np.integer)) or not 1 <= variable_dim <= 16:
@@ -105,6 +110,8 @@ class Problem:
         self._jac = None
         self._res = None
         self._jpattern = None
+        self.deterministic = bool(deterministic)
+        self._det = None
 
     # ------------------------------------------------------------------------------------------
     # terms
@@ -190,6 +197,7 @@ class Problem:
         self.terms.append(term)
         self._pattern = None
         self._jpattern = None
+        self._det = None
         return term.index
 
     def _residual_dim(self, rtype):
@@ -257,12 +265,13 @@ class Problem:
     def _kernel(self, term: _Term, mode: str):
         kern = term.kernels.get(mode)
         if kern is None:
-            key = (id(term.energy), mode, term.spec.signature(), term.data_type.key if term.data_type else "")
+            det = self.deterministic and mode not in ("residual", "jacobian")
+            key = (id(term.energy), mode, det, term.spec.signature(), term.data_type.key if term.data_type else "")
             hit = _KERNELS.get(key)
             if hit is None:
-                module = self._module(term, mode)
+                module = self._module(term, mode + ("_det" if det else ""))
                 fn, ns = self._instance(term, mode, module)
-                hit = (make_kernel(term.spec, mode, fn, ns, term.data_type, term.info.name), term.energy)
+                hit = (make_kernel(term.spec, mode, fn, ns, term.data_type, term.info.name, det), term.energy)
                 _KERNELS[key] = hit  # holding the energy keeps its id from being reused
             kern = hit[0]
             term.kernels[mode] = kern
@@ -354,12 +363,23 @@ class Problem:
             raise ValueError(f"{fn}({argname}=...) must be {want}; got device {x.device}")
 
     def _launch(self, term: _Term, mode: str, extra: list):
-        inputs = [term.elements, None]
+        inputs = [term.elements, extra[0]]
         if term.data is not None:
             inputs.append(term.data)
         inputs.append(self.dtype(term.weight))
-        inputs[1] = extra[0]
-        wp.launch(self._kernel(term, mode), dim=term.count, inputs=inputs + extra[1:], device=self.device)
+        inputs += extra[1:]
+        if self.deterministic and mode not in ("residual", "jacobian"):
+            inputs.append(self._det.offsets[term.index])
+        wp.launch(self._kernel(term, mode), dim=term.count, inputs=inputs, device=self.device)
+
+    def _ensure_det(self, hessian: bool):
+        """Contribution buffers and fixed-order lists of the deterministic mode."""
+        if self._det is None:
+            self._det = _DeterministicStorage(self)
+        if hessian and self._det.h_lists is None:
+            self._ensure_pattern()
+            self._det.build_hessian(self)
+        return self._det
 
     def _read_energy(self) -> float:
         wp.copy(self._energy_host, self._energy)
@@ -375,8 +395,14 @@ class Problem:
         """Energy F(x) (plain values, no derivatives). An element may return +inf (invalid state)."""
         self._check_vector(x, "x", "eval")
         self._energy.zero_()
-        for t in self.terms:
-            self._launch(t, "energy", [x, self._energy])
+        if self.deterministic:
+            det = self._ensure_det(False)
+            for t in self.terms:
+                self._launch(t, "energy", [x, det.energy])
+            det.finish(self, energy=True)
+        else:
+            for t in self.terms:
+                self._launch(t, "energy", [x, self._energy])
         return self._read_energy()
 
     def eval_with_gradient(self, x):
@@ -385,24 +411,70 @@ class Problem:
         Returns:
             (f, g): f a float, g a wp.array [variable_count] of the variable dtype (preallocated).
         """
-        self._check_vector(x, "x", "eval_with_gradient")
-        self._energy.zero_()
-        self._grad.zero_()
-        for t in self.terms:
-            self._launch(t, "gradient", [x, self._energy, self._grad])
+        self._launch_gradient(x, "eval_with_gradient")
         return self._read_energy(), self._grad
 
-    def _eval_hessian(self, x, fn, mode, extra=()):
+    def _launch_hessian(self, x, fn, mode, extra=()):
         self._check_vector(x, "x", fn)
         self._ensure_pattern()
         self._energy.zero_()
         self._grad.zero_()
         self._hess.values.zero_()
+        det = self._ensure_det(True) if self.deterministic else None
+        e_out, g_out, h_out = (det.energy, det.grad, det.hess) if det else (self._energy, self._grad, self._hess.values)
         for t in self.terms:
             m = mode if (mode != "gauss_newton" or t.residual) else "hessian"
             ex = list(extra) if m == "hessian_proj" else []
-            self._launch(t, m, [x, self._energy, self._grad, *ex, t.slots, self._hess.values])
+            self._launch(t, m, [x, e_out, g_out, *ex, t.slots, h_out])
+        if det:
+            det.finish(self, energy=True, grad=self._grad, hess=True)
+
+    def _eval_hessian(self, x, fn, mode, extra=()):
+        self._launch_hessian(x, fn, mode, extra)
         return self._read_energy(), self._grad, self._hess
+
+    def assemble_hessian(self, x, projection: str | None = None, eps: float = 1e-9):
+        """Launch energy, gradient and Hessian assembly without waiting for the device.
+
+        The asynchronous form of :meth:`eval_with_hessian` (and of :meth:`eval_with_hessian_proj` with
+        ``projection="clamp"|"abs"``): nothing is read back, so the launches can be captured in a
+        CUDA graph (``wp.ScopedCapture``) once the kernels are loaded (call it once before capturing).
+
+        Returns:
+            (energy, g, H): energy a device array of shape [1]; g and H as in :meth:`eval_with_hessian`.
+        """
+        if projection is None:
+            self._launch_hessian(x, "assemble_hessian", "hessian")
+        else:
+            if projection not in _PROJECTION_MODES:
+                raise ValueError(
+                    f"assemble_hessian(projection=...) must be None or one of {sorted(_PROJECTION_MODES)}, got {projection!r}"
+                )
+            extra = (self.dtype(eps), _PROJECTION_MODES[projection])
+            self._launch_hessian(x, "assemble_hessian", "hessian_proj", extra)
+        return self._energy, self._grad, self._hess
+
+    def assemble_gradient(self, x):
+        """Launch energy and gradient evaluation without waiting (see :meth:`assemble_hessian`).
+
+        Returns:
+            (energy, g): energy a device array of shape [1], g as in :meth:`eval_with_gradient`.
+        """
+        return self._launch_gradient(x, "assemble_gradient")
+
+    def _launch_gradient(self, x, fn):
+        self._check_vector(x, "x", fn)
+        self._energy.zero_()
+        self._grad.zero_()
+        if self.deterministic:
+            det = self._ensure_det(False)
+            for t in self.terms:
+                self._launch(t, "gradient", [x, det.energy, det.grad])
+            det.finish(self, energy=True, grad=self._grad)
+        else:
+            for t in self.terms:
+                self._launch(t, "gradient", [x, self._energy, self._grad])
+        return self._energy, self._grad
 
     def eval_with_hessian(self, x):
         """Energy, gradient and sparse Hessian.
@@ -440,10 +512,15 @@ class Problem:
         self._check_vector(v, "v", "hessian_vector_product")
         if self._hv is None:
             self._hv = wp.zeros(self.variable_count, dtype=self.variable_type, device=self.device)
-        self._energy.zero_()
         self._hv.zero_()
-        for t in self.terms:
-            self._launch(t, "hvp", [x, self._energy, self._grad, v, self._hv])
+        if self.deterministic:
+            det = self._ensure_det(False)
+            for t in self.terms:
+                self._launch(t, "hvp", [x, det.energy, det.grad, v, det.grad])
+            det.finish(self, grad=self._hv)
+        else:
+            for t in self.terms:
+                self._launch(t, "hvp", [x, self._energy, self._grad, v, self._hv])
         return self._hv
 
     def eval_residuals(self, x):
@@ -469,3 +546,41 @@ class Problem:
             if t.residual:
                 self._launch(t, "jacobian", [x, t.row_start, t.jslots, self._res, self._jac.values])
         return self._res, self._jac
+
+
+class _DeterministicStorage:
+    """Per-element contribution buffers and the fixed-order lists that sum them (deterministic mode)."""
+
+    def __init__(self, problem: Problem):
+        dev = problem.device
+        e_off = g_off = h_off = 0
+        self.offsets = []
+        targets = []
+        for t in problem.terms:
+            self.offsets.append(wp.vec3i(e_off, g_off, h_off))
+            targets.append(t.elements_np.ravel())
+            e_off += t.count
+            g_off += t.count * t.spec.valence
+            h_off += t.count * t.spec.valence * t.spec.valence
+        self.element_count = e_off
+        self.hess_count = h_off
+        self.energy = wp.zeros(e_off, dtype=problem.dtype, device=dev)
+        self.partial = wp.zeros((e_off + 255) // 256, dtype=problem.dtype, device=dev)
+        self.grad = wp.zeros(g_off, dtype=problem.variable_type, device=dev)
+        self.g_lists = contribution_lists(np.concatenate(targets), problem.variable_count, dev)
+        self.hess = None
+        self.h_lists = None
+
+    def build_hessian(self, problem: Problem):
+        targets = np.concatenate([t.slots.numpy().ravel() for t in problem.terms])
+        self.hess = wp.zeros(self.hess_count, dtype=problem.block_type, device=problem.device)
+        self.h_lists = contribution_lists(targets, problem._pattern.nnz, problem.device)
+
+    def finish(self, problem: Problem, energy=False, grad=None, hess=False):
+        dev = problem.device
+        if energy:
+            ordered_total(self.energy, self.element_count, self.partial, problem._energy, dev)
+        if grad is not None:
+            gather_sum(self.g_lists, self.grad, grad, dev)
+        if hess:
+            gather_sum(self.h_lists, self.hess, problem._hess.values, dev)

@@ -1,0 +1,314 @@
+"""Mass-spring cloth: backward Euler written as one minimization per time step, solved by projected Newton.
+
+Run: ``warp-meshad run configs/cloth/hanging.yaml`` (``--viewer`` to watch it, ``--test`` for the small size).
+
+Each time step h minimizes, over the positions x (pinned vertices held fixed),
+
+    E(x) = sum_i m_i / (2 h^2) |x_i - x~_i|^2 - sum_i m_i g . x_i     (inertia and gravity, per vertex)
+         + sum_e k / 2 (|x_a - x_b| - L_e)^2                           (springs on the edges, rest lengths L_e)
+         + sum_i b(|x_i - c| - r)                                      (optional: log barrier against a sphere)
+
+with x~ = x^n + h v^n; then v^{n+1} = (x^{n+1} - x^n) / h. Masses are lumped from the rest areas (a third of each
+face's share of ``mass``); the rest shape is the input mesh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+import numpy as np
+import warp as wp
+
+import warp_meshad as wm
+from warp_meshad._src.app import App as _AppBase
+from warp_meshad._src.app import AppConfig
+from warp_meshad._src.solvers import NewtonCGSolver, NewtonSolver
+from warp_meshad.kernels.energies import MassSpringData, MassSpringDataF, mass_spring, mass_spring_f32
+from warp_meshad.kernels.energies.backward_euler import (
+    InertiaGravityData,
+    InertiaGravityDataF,
+    inertia_gravity,
+    inertia_gravity_f32,
+)
+from warp_meshad.kernels.energies.sphere_barrier import (
+    SphereBarrierData,
+    SphereBarrierDataF,
+    sphere_barrier,
+    sphere_barrier_f32,
+)
+
+__all__ = ["App", "ClothConfig", "SphereConfig"]
+
+
+@dataclass
+class SphereConfig:
+    """A static sphere the cloth collides with through a smooth log barrier (:mod:`...energies.sphere_barrier`).
+
+    Attributes:
+        center: sphere center [m].
+        radius: sphere radius [m].
+        activation_distance: the barrier acts below this distance to the surface [m].
+        stiffness: barrier stiffness kappa [J/m^2].
+    """
+
+    center: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    radius: float = 0.25
+    activation_distance: float = 0.01
+    stiffness: float = 10.0
+
+
+@dataclass
+class ClothConfig(AppConfig):
+    """Config of the cloth app (fields beyond :class:`AppConfig`).
+
+    Attributes:
+        solver: ``"newton"`` (assembled Hessian, ``linear_solver``) or ``"newton_cg"`` (matrix-free).
+        project_hessian: project element Hessians to PSD (projected Newton; compressed springs are indefinite).
+        time_step: h [s].
+        mass: total mass of the cloth [kg].
+        stiffness: spring constant k of every edge [N/m].
+        gravity: acceleration of gravity [m/s^2].
+        layout: ``"vertical"``: the mesh as given (a grid lies in the xy-plane, y up); ``"horizontal"``: rotated by
+            -90 degrees about x (a grid then lies in the xz-plane with normal +y).
+        center: move the cloth's bounding-box center here [m] (null: leave it).
+        pins: which vertices are fixed: ``"top_corners"`` (the two ends of the top row, top = against gravity),
+            ``"top_edge"`` (the whole top row) or ``"none"``; ``pinned_vertices`` adds indices.
+        pinned_vertices: more fixed vertex indices.
+        sphere: a static sphere to collide with, or null.
+    """
+
+    app: str = "cloth"
+    solver: Literal["newton", "newton_cg"] = "newton"
+    project_hessian: bool = True
+    steps: int = 40
+    iterations: int = 30
+    tolerance: float = 1e-5
+    time_step: float = 0.02
+    mass: float = 1.0
+    stiffness: float = 1000.0
+    gravity: tuple[float, float, float] = (0.0, -9.81, 0.0)
+    layout: Literal["vertical", "horizontal"] = "vertical"
+    center: Optional[tuple[float, float, float]] = None
+    pins: Literal["top_corners", "top_edge", "none"] = "top_corners"
+    pinned_vertices: list[int] = field(default_factory=list)
+    sphere: Optional[SphereConfig] = None
+
+    def validate(self):
+        errors = super().validate()
+        for key in ("time_step", "mass", "stiffness"):
+            if not getattr(self, key) > 0.0:
+                errors.append((key, f"expected a number > 0, got {getattr(self, key)}"))
+        if self.sphere is not None:
+            for key in ("radius", "activation_distance", "stiffness"):
+                if not getattr(self.sphere, key) > 0.0:
+                    errors.append((f"sphere.{key}", f"expected a number > 0, got {getattr(self.sphere, key)}"))
+        if any(i < 0 for i in self.pinned_vertices):
+            errors.append(("pinned_vertices", f"expected indices >= 0, got {self.pinned_vertices}"))
+        return errors
+
+
+@wp.kernel(enable_backward=False)
+def _predict(x: wp.array(dtype=Any), v: wp.array(dtype=Any), h: Any, target: wp.array(dtype=Any)):
+    # one thread per vertex: x~ = x + h v
+    i = wp.tid()
+    target[i] = x[i] + h * v[i]
+
+
+@wp.kernel(enable_backward=False)
+def _velocity(x_new: wp.array(dtype=Any), x_old: wp.array(dtype=Any), inv_h: Any, v: wp.array(dtype=Any)):
+    # one thread per vertex: v = (x_new - x_old) / h
+    i = wp.tid()
+    v[i] = (x_new[i] - x_old[i]) * inv_h
+
+
+def _place(vertices: np.ndarray, layout: str, center) -> np.ndarray:
+    x = np.array(vertices, dtype=np.float64)
+    if layout == "horizontal":
+        x = np.stack([x[:, 0], x[:, 2], -x[:, 1]], axis=1)  # rotate -90 degrees about x: normal +z -> +y
+    if center is not None:
+        lo, hi = x.min(axis=0), x.max(axis=0)
+        x += np.asarray(center, dtype=np.float64) - 0.5 * (lo + hi)
+    return x
+
+
+def _pinned(x: np.ndarray, gravity, pins: str, extra) -> np.ndarray:
+    """Indices of the pinned vertices: the top row (against gravity), or its two ends."""
+    idx = set(int(i) for i in extra)
+    if pins != "none":
+        g = np.asarray(gravity, dtype=np.float64)
+        up = -g / np.linalg.norm(g) if np.linalg.norm(g) > 0 else np.array([0.0, 1.0, 0.0])
+        height = x @ up
+        extent = float(np.ptp(x, axis=0).max()) or 1.0
+        top = np.flatnonzero(height >= height.max() - 1e-6 * extent)
+        if pins == "top_edge":
+            idx.update(int(i) for i in top)
+        else:
+            spread = np.ptp(x[top], axis=0)
+            axis = int(np.argmax(spread))
+            idx.update({int(top[np.argmin(x[top, axis])]), int(top[np.argmax(x[top, axis])])})
+    return np.array(sorted(idx), dtype=np.int64)
+
+
+class App(_AppBase):
+    """The cloth app: one backward Euler step per :meth:`step`.
+
+    Attributes (beyond :class:`~warp_meshad._src.app.App`):
+        problem: the :class:`warp_meshad.Problem` of one time step (its target x~ changes every step).
+        x, v: positions and velocities, wp.array [vertex_count] of vec3.
+        x0: the start positions (numpy), ``pinned`` the pinned vertex indices.
+    """
+
+    name = "cloth"
+    config_class = ClothConfig
+
+    def __init__(self, config: ClothConfig):
+        super().__init__(config)
+        c = self.config
+        if any(i >= self.mesh.vertex_count for i in c.pinned_vertices):
+            from warp_meshad._src.app import ConfigError
+
+            raise ConfigError(c.source or "ClothConfig(...)", "pinned_vertices",
+                              f"indices must be < vertex_count {self.mesh.vertex_count}, got {c.pinned_vertices}")
+        f64 = self.dtype == wp.float64
+        vec3 = wp.vec3d if f64 else wp.vec3f
+        scalar = self.dtype
+        dev = self.device
+        self.x0 = _place(self.mesh.vertices, c.layout, c.center)
+        self.pinned = _pinned(self.x0, c.gravity, c.pins, c.pinned_vertices)
+        n = self.mesh.vertex_count
+
+        areas = self.mesh.face_areas()
+        vertex_area = np.zeros(n)
+        for k in range(3):
+            np.add.at(vertex_area, self.mesh.faces[:, k], areas / 3.0)
+        self.masses = c.mass * vertex_area / vertex_area.sum()
+        self.rest = self.mesh.edge_lengths()
+
+        self.problem = wm.Problem(n, 3, self.dtype, dev)
+        springs = MassSpringData() if f64 else MassSpringDataF()
+        springs.rest = wp.array(self.rest, dtype=scalar, device=dev)
+        springs.stiffness = scalar(c.stiffness)
+        self.problem.add_term(self.mesh.edges, mass_spring if f64 else mass_spring_f32, springs, name="springs")
+
+        self.x = wp.array(self.x0, dtype=vec3, device=dev)
+        self.v = wp.zeros(n, dtype=vec3, device=dev)
+        inertia = InertiaGravityData() if f64 else InertiaGravityDataF()
+        inertia.mass = wp.array(self.masses, dtype=scalar, device=dev)
+        inertia.target = wp.clone(self.x)
+        inertia.gravity = vec3(*c.gravity)
+        inertia.inv_h2 = scalar(1.0 / c.time_step**2)
+        self.inertia = inertia
+        self.problem.add_term(self.mesh.vertex_indices, inertia_gravity if f64 else inertia_gravity_f32, inertia,
+                              name="inertia_gravity")
+
+        bound = None
+        if c.sphere is not None:
+            s = c.sphere
+            barrier = SphereBarrierData() if f64 else SphereBarrierDataF()
+            barrier.center = vec3(*s.center)
+            barrier.radius = scalar(s.radius)
+            barrier.activation_distance = scalar(s.activation_distance)
+            barrier.stiffness = scalar(s.stiffness)
+            self.problem.add_term(self.mesh.vertex_indices, sphere_barrier if f64 else sphere_barrier_f32, barrier,
+                                  name="sphere_barrier")
+            gap = np.linalg.norm(self.x0 - np.asarray(s.center), axis=1) - s.radius
+            if gap.min() <= 0.0:
+                from warp_meshad._src.app import ConfigError
+
+                raise ConfigError(c.source or "ClothConfig(...)", "sphere",
+                                  f"the cloth starts inside the sphere (vertex {int(gap.argmin())} is "
+                                  f"{-gap.min():.3g} m inside)")
+            bound = self._sphere_step_bound
+
+        fixed = self.pinned if self.pinned.size else None
+        if c.solver == "newton":
+            self.solver = NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=c.project_hessian,
+                                       fixed=fixed, step_bound_fn=bound)
+        else:
+            self.solver = NewtonCGSolver(self.problem, fixed=fixed, step_bound_fn=bound)
+
+    def _sphere_step_bound(self, x: wp.array, d: wp.array) -> float:
+        """Continuous collision detection: 0.9 x the first time any vertex would reach the sphere along x + t d."""
+        s = self.config.sphere
+        p = x.numpy().astype(np.float64) - np.asarray(s.center)
+        q = d.numpy().astype(np.float64)
+        a = np.einsum("ij,ij->i", q, q)
+        b = np.einsum("ij,ij->i", p, q)
+        cc = np.einsum("ij,ij->i", p, p) - s.radius**2
+        disc = b * b - a * cc
+        hit = (a > 0.0) & (b < 0.0) & (disc >= 0.0)
+        if not np.any(hit):
+            return np.inf
+        t = (-b[hit] - np.sqrt(disc[hit])) / a[hit]
+        t = t[t >= 0.0]
+        return 0.9 * float(t.min()) if t.size else np.inf
+
+    def step(self) -> dict:
+        """One backward Euler time step: predict x~, minimize E with Newton, update the velocities."""
+        c = self.config
+        n = self.mesh.vertex_count
+        wp.launch(_predict, dim=n, inputs=[self.x, self.v, self.dtype(c.time_step), self.inertia.target],
+                  device=self.device)
+        result = self.solver.solve(self.x, max_iterations=c.iterations, tolerance=c.tolerance)
+        wp.launch(_velocity, dim=n, inputs=[result.x, self.x, self.dtype(1.0 / c.time_step), self.v],
+                  device=self.device)
+        wp.copy(self.x, result.x)
+        return self.record(result, time=(self.steps_done + 1) * c.time_step)
+
+    def positions(self) -> np.ndarray:
+        return self.x.numpy().astype(np.float64)
+
+    def stretch(self, x=None) -> np.ndarray:
+        """Per edge: current length / rest length."""
+        x = self.positions() if x is None else x
+        e = self.mesh.edges
+        return np.linalg.norm(x[e[:, 0]] - x[e[:, 1]], axis=1) / self.rest
+
+    def quantities(self) -> dict:
+        x = self.positions()
+        face_stretch = self.stretch(x)[self.mesh.face_edges].mean(axis=1)
+        return {
+            "stretch": ("faces", face_stretch),
+            "speed": ("vertices", np.linalg.norm(self.v.numpy().astype(np.float64), axis=1)),
+        }
+
+    def spheres(self):
+        s = self.config.sphere
+        return [] if s is None else [(np.asarray(s.center, dtype=np.float64), s.radius)]
+
+    def check_final(self) -> None:
+        """Energy decreased in every step's solve, no NaN, pins unmoved, the cloth fell, no vertex inside the sphere,
+        no spring stretched beyond twice its rest length."""
+        super().check_final()
+        x = self.positions()
+        scale = float(np.ptp(self.x0, axis=0).max())
+        if self.pinned.size:
+            moved = np.abs(x[self.pinned] - self.x0[self.pinned]).max()
+            assert moved <= 1e-9 * scale, f"cloth: pinned vertices moved by {moved:.3e} m"
+        g = np.asarray(self.config.gravity, dtype=np.float64)
+        if self.steps_done > 0 and np.linalg.norm(g) > 0 and not np.all(np.isin(np.arange(len(x)), self.pinned)):
+            down = g / np.linalg.norm(g)
+            drop = float((x @ down).mean() - (self.x0 @ down).mean())
+            assert drop > 0.0, f"cloth: the mean position did not move along gravity (moved {drop:.3e} m)"
+        s = self.config.sphere
+        if s is not None:
+            gap = np.linalg.norm(x - np.asarray(s.center), axis=1) - s.radius
+            assert gap.min() > 0.0, f"cloth: vertex {int(gap.argmin())} is {-gap.min():.3e} m inside the sphere"
+        stretch = self.stretch(x)
+        assert stretch.max() < 2.0, f"cloth: a spring is stretched to {stretch.max():.3f} x its rest length"
+
+    def extra_metrics(self) -> dict:
+        x = self.positions()
+        g = np.asarray(self.config.gravity, dtype=np.float64)
+        down = g / np.linalg.norm(g) if np.linalg.norm(g) > 0 else np.zeros(3)
+        out = {
+            "pinned_vertices": self.pinned.tolist(),
+            "max_stretch": float(self.stretch(x).max()),
+            "mean_drop": float(((x - self.x0) @ down).mean()),
+            "linear_solver": getattr(getattr(self.solver, "linear_solver", None), "name", None),
+        }
+        s = self.config.sphere
+        if s is not None:
+            out["min_sphere_distance"] = float((np.linalg.norm(x - np.asarray(s.center), axis=1) - s.radius).min())
+        return out

@@ -1,0 +1,141 @@
+"""Timing and result records shared by the benchmarks.
+
+Every benchmark writes ``benchmarks/results/<name>.json``: a list of records with the keys
+``benchmark, method, vertex_count, dtype, ms_median, ms_min, runs, device, date`` (plus free-form
+extras), and a log-log plot ``benchmarks/results/<name>.png`` (time vs vertex count, one line per
+method).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import statistics
+import time
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+
+
+def out_dir() -> pathlib.Path:
+    """Where results go: ``$BENCH_OUT`` if set (e.g. a device run's $OUT), else benchmarks/results."""
+    d = pathlib.Path(os.environ.get("BENCH_OUT", RESULTS))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def record(benchmark, method, vertex_count, dtype, times_ms, device, **extra) -> dict:
+    return {
+        "benchmark": benchmark,
+        "method": method,
+        "vertex_count": int(vertex_count),
+        "dtype": dtype,
+        "ms_median": float(statistics.median(times_ms)),
+        "ms_min": float(min(times_ms)),
+        "runs": len(times_ms),
+        "device": device,
+        "date": datetime.date.today().isoformat(),
+        **extra,
+    }
+
+
+def write(name: str, records: list[dict]) -> pathlib.Path:
+    """Write records atomically and redraw the plot."""
+    path = out_dir() / f"{name}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(records, indent=1))
+    os.replace(tmp, path)
+    try:
+        plot(name, records)
+    except Exception as exc:  # plotting is a convenience; never lose the numbers for it
+        print(f"(plot skipped: {exc})")
+    return path
+
+
+def plot(name: str, records: list[dict]):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    methods = sorted({r["method"] for r in records if "ms_median" in r})
+    for m in methods:
+        pts = sorted((r["vertex_count"], r["ms_median"]) for r in records if r.get("method") == m and "ms_median" in r)
+        if pts:
+            ax.loglog(*zip(*pts), marker="o", label=m)
+    ax.set_xlabel("vertices")
+    ax.set_ylabel("time [ms] (median)")
+    ax.set_title(name)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_dir() / f"{name}.png", dpi=120)
+    plt.close(fig)
+
+
+def time_warp(fn, device, runs=30, warmup=3, graph=True) -> list[float]:
+    """Median-ready times (ms) of ``fn`` (Warp launches) on ``device``: CUDA-graph replays timed with
+    events on a GPU, host timing with synchronization on the CPU."""
+    import warp as wp
+
+    device = wp.get_device(device)
+    for _ in range(warmup):
+        fn()
+    wp.synchronize_device(device)
+    if not device.is_cuda:
+        times = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+        return times
+    g = None
+    if graph:
+        with wp.ScopedCapture(device=device) as cap:
+            fn()
+        g = cap.graph
+    times = []
+    start = wp.Event(device, enable_timing=True)
+    end = wp.Event(device, enable_timing=True)
+    for _ in range(runs):
+        wp.record_event(start)
+        if g is not None:
+            wp.capture_launch(g)
+        else:
+            fn()
+        wp.record_event(end)
+        wp.synchronize_event(end)
+        times.append(wp.get_event_elapsed_time(start, end))
+    return times
+
+
+def time_torch(fn, runs=30, warmup=3) -> list[float]:
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return times
+
+
+def time_host(fn, runs=30, warmup=3) -> list[float]:
+    """Host wall time (ms) of a function that blocks until its result is ready (e.g. JAX with
+    ``block_until_ready``)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return times
