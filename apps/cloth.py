@@ -22,8 +22,7 @@ import warp as wp
 
 import warp_meshad as wm
 from warp_meshad._src.app import App as _AppBase
-from warp_meshad._src.app import AppConfig
-from warp_meshad._src.solvers import NewtonCGSolver, NewtonSolver
+from warp_meshad._src.app import AppConfig, ConfigError
 from warp_meshad.kernels.energies import MassSpringData, MassSpringDataF, mass_spring, mass_spring_f32
 from warp_meshad.kernels.energies.backward_euler import (
     InertiaGravityData,
@@ -166,8 +165,6 @@ class App(_AppBase):
         super().__init__(config)
         c = self.config
         if any(i >= self.mesh.vertex_count for i in c.pinned_vertices):
-            from warp_meshad._src.app import ConfigError
-
             raise ConfigError(c.source or "ClothConfig(...)", "pinned_vertices",
                               f"indices must be < vertex_count {self.mesh.vertex_count}, got {c.pinned_vertices}")
         f64 = self.dtype == wp.float64
@@ -179,9 +176,7 @@ class App(_AppBase):
         n = self.mesh.vertex_count
 
         areas = self.mesh.face_areas()
-        vertex_area = np.zeros(n)
-        for k in range(3):
-            np.add.at(vertex_area, self.mesh.faces[:, k], areas / 3.0)
+        vertex_area = np.bincount(self.mesh.faces.ravel(), weights=np.repeat(areas / 3.0, 3), minlength=n)
         self.masses = c.mass * vertex_area / vertex_area.sum()
         self.rest = self.mesh.edge_lengths()
 
@@ -214,8 +209,6 @@ class App(_AppBase):
                                   name="sphere_barrier")
             gap = np.linalg.norm(self.x0 - np.asarray(s.center), axis=1) - s.radius
             if gap.min() <= 0.0:
-                from warp_meshad._src.app import ConfigError
-
                 raise ConfigError(c.source or "ClothConfig(...)", "sphere",
                                   f"the cloth starts inside the sphere (vertex {int(gap.argmin())} is "
                                   f"{-gap.min():.3g} m inside)")
@@ -223,10 +216,10 @@ class App(_AppBase):
 
         fixed = self.pinned if self.pinned.size else None
         if c.solver == "newton":
-            self.solver = NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=c.project_hessian,
-                                       fixed=fixed, step_bound_fn=bound)
+            self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver,
+                                          project_hessian=c.project_hessian, fixed=fixed, step_bound_fn=bound)
         else:
-            self.solver = NewtonCGSolver(self.problem, fixed=fixed, step_bound_fn=bound)
+            self.solver = wm.NewtonCGSolver(self.problem, fixed=fixed, step_bound_fn=bound)
 
     def _sphere_step_bound(self, x: wp.array, d: wp.array) -> float:
         """Continuous collision detection: 0.9 x the first time any vertex would reach the sphere along x + t d."""

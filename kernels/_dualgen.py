@@ -279,6 +279,11 @@ HESSIAN = {hess}
 """
     )
     fields = "    v: S\n    g: vecK\n" + ("    h: matK\n" if hess else "")
+    out.raw(
+        "\n".join(f"_vec{n} = wp.types.vector(length={n}, dtype=S)" for n in (2, 3, 4))
+        + "\n"
+        + "\n".join(f"_mat{n}{n} = wp.types.matrix(shape=({n}, {n}), dtype=S)" for n in (2, 3))
+    )
     out.raw(f"@wp.struct\nclass {D}:\n{fields}")
     out.raw(f"Dual = {D}")
     vec_names = {}
@@ -308,7 +313,7 @@ HESSIAN = {hess}
     if hess:
         out.func(f"def hessian(a: {D}):\n    return a.h")
     for n in (2, 3, 4):
-        V, vt = vec_names[n], f"wp.types.vector(length={n}, dtype=S)"
+        V, vt = vec_names[n], f"_vec{n}"
         comps = ", ".join(f"variable(x[{i}], offset + {i})" for i in range(n))
         out.func(f"def seed(x: {vt}, offset: int):\n    return {V}({comps})")
         comps = ", ".join(f"const(x[{i}])" for i in range(n))
@@ -318,7 +323,7 @@ HESSIAN = {hess}
         out.func(f"def value(a: {V}):\n    return {vt}({comps})")
     out.func("def seed(x: S, offset: int):\n    return variable(x, offset)")
     for n in (2, 3):
-        M, mt = mat_names[n], f"wp.types.matrix(shape=({n}, {n}), dtype=S)"
+        M, mt = mat_names[n], f"_mat{n}{n}"
         comps = ", ".join(f"const(x[{i}, {j}])" for i in range(n) for j in range(n))
         out.func(f"def const(x: {mt}):\n    return {M}({comps})")
         out.func(f"def const(x: {M}):\n    return x")
@@ -407,7 +412,7 @@ HESSIAN = {hess}
     # --- dual vectors -------------------------------------------------------------------------------
     for n in (2, 3, 4):
         V = vec_names[n]
-        vt = f"wp.types.vector(length={n}, dtype=S)"
+        vt = f"_vec{n}"
         c = _XYZW[:n]
 
         def build(expr, c=c, V=V):
@@ -464,8 +469,8 @@ HESSIAN = {hess}
     # --- dual matrices ------------------------------------------------------------------------------
     for n in (2, 3):
         M, V = mat_names[n], vec_names[n]
-        mt = f"wp.types.matrix(shape=({n}, {n}), dtype=S)"
-        vt = f"wp.types.vector(length={n}, dtype=S)"
+        mt = f"_mat{n}{n}"
+        vt = f"_vec{n}"
         idx = [(i, j) for i in range(n) for j in range(n)]
 
         def mbuild(expr, M=M, idx=idx):

@@ -1,8 +1,9 @@
 """Public ``ad`` math in plain mode: every function on float32 and float64 scalars, vectors and matrices vs NumPy.
 
 One kernel per dtype evaluates every function at fixed inputs and writes each result to the output array of its
-kind (scalar, vec2, vec3, vec4, mat22, mat33) at a running index, in the order of ``CASES``; each case is then one
-test. The dual-number overloads of the same functions are checked in ``test_duals.py``.
+kind (scalar, vec2, vec3, vec4, mat22, mat33), in the order of that kind's entries in ``CASES``; each case is then
+one test. Float literals in float64 code (``ad.pow(a, 1.5)``) go through the float32-literal overloads. The
+dual-number overloads of the same functions are checked in ``test_duals.py``.
 """
 
 import functools
@@ -306,7 +307,8 @@ def test_duals_factory():
     d32 = ad.duals(3, wp.float32, hessian=False)
     assert d32.S is wp.float32 and not d32.HESSIAN
     assert [f for f, _ in d32.Dual.ctype._fields_] == ["v", "g"]
-    for name in ("seed", "const", "value", "gradient", "add", "sub", "mul", "div", "DVec2", "DVec3", "DVec4", "DMat22", "DMat33"):
+    api = ("seed", "const", "value", "gradient", "add", "sub", "mul", "div")
+    for name in api + ("DVec2", "DVec3", "DVec4", "DMat22", "DMat33"):
         assert hasattr(d32, name), name
     assert hasattr(d64, "hessian") and hasattr(d64, "project_psd")
     for bad in (0, 65, 2.0):

@@ -371,32 +371,42 @@ def load_config(path, overrides: dict | None = None, test: bool = False, flags: 
     cls = app_class(name, where)
     config = cls.config_class(app=name)
     config = dataclasses.replace(config, scene=p.stem, source=str(p.resolve()))
-    config = _apply(config, {k: v for k, v in data.items()}, where)
+    config = _apply(config, dict(data), where)
+    _validate(config, where)
+    mesh_where = where
     if config.test:
         bad = {"app", "test"} & set(config.test)
         if bad:
             raise ConfigError(where, f"test.{sorted(bad)[0]}", "cannot be overridden in the test block")
         checked = _apply(config, config.test, where, prefix="test.")
+        _validate(checked, where, prefix="test.")
         if test:
-            config = dataclasses.replace(checked, test=config.test)
+            config = checked
     for label, mapping in [("--set", overrides or {})] + list((flags or {}).items()):
         if mapping:
             if "app" in mapping:
                 raise ConfigError(label, "app", "the app is fixed by the config file")
             config = _apply(config, mapping, label)
-    return _finish(config, where)
+            _validate(config, label)
+            if "mesh" in mapping:
+                mesh_where = label
+    return _finish(config, mesh_where)
+
+
+def _validate(config: AppConfig, where: str, prefix: str = "") -> None:
+    for key, message in config.validate():
+        raise ConfigError(where, prefix + key, message)
 
 
 def _finish(config: AppConfig, where: str) -> AppConfig:
-    for key, message in config.validate():
-        raise ConfigError(where, key, message)
+    _validate(config, where)
     mp = config.mesh_path()
     if mp is not None:
         if mp.suffix.lower() not in (".obj", ".off", ".ply"):
             raise ConfigError(where, "mesh", f"expected 'grid' or an .obj/.off/.ply file, got {config.mesh!r}")
         if not mp.is_file():
             raise ConfigError(where, "mesh", f"mesh file not found: {config.mesh!r} (resolved to {mp})")
-        config = dataclasses.replace(config, mesh=str(mp))
+        config = dataclasses.replace(config, mesh=str(mp.resolve()))
     return config
 
 
@@ -463,7 +473,7 @@ def app_class(name: str, where: str = "app") -> type[App]:
     return cls
 
 
-def resolve_device(name: str | None) -> tuple[str, str]:
+def resolve_device(name: str | None, where: str = "device") -> tuple[str, str]:
     """The Warp device to use and why: ``name`` if given, else the first CUDA device if any, else the CPU.
 
     Raises:
@@ -479,8 +489,8 @@ def resolve_device(name: str | None) -> tuple[str, str]:
     if name.startswith("cuda"):
         index = int(name.split(":")[1]) if ":" in name else 0
         if index >= count:
-            raise ConfigError("device", "device", f"{name!r} requested but {count} CUDA device(s) found; use "
-                                                  "--device cpu")
+            raise ConfigError(where, "device", f"{name!r} requested (config or --device) but {count} CUDA device(s) "
+                                               "found; use --device cpu")
         return f"cuda:{index}", "requested"
     return name, "requested"
 
@@ -522,7 +532,7 @@ class App:
             config = dataclasses.replace(config, app=self.name)
         config = _finish(config, config.source or f"{self.config_class.__name__}(...)")
         self.config = config
-        self.device, self.device_reason = resolve_device(config.device)
+        self.device, self.device_reason = resolve_device(config.device, config.source or "config")
         self.dtype = wp.float64 if config.dtype == "float64" else wp.float32
         self.history: list[dict] = []
         self.steps_done = 0
@@ -645,7 +655,7 @@ class Progress:
             return
         now = time.perf_counter()
         final = done >= self.total
-        if not self.tty and not final and now - self._last < self.interval_s:
+        if not self.tty and (done == 0 or (not final and now - self._last < self.interval_s)):
             return
         self._last = now
         filled = int(self.width * min(done, self.total) / self.total)

@@ -55,9 +55,10 @@ def _components(expr: str, rdim: int) -> list[str]:
 def kernel_source(spec: KernelSpec, mode: str, name: str, deterministic: bool = False) -> str:
     """Source text of the kernel ``name`` for ``mode`` (see :data:`MODES`).
 
-    With ``deterministic``, nothing is accumulated with float atomics: each element writes its
-    energy, gradient blocks and Hessian blocks to its own places of contribution buffers (offsets
-    ``det_off`` = (energy, gradient, Hessian) of the term), summed later in a fixed order.
+    Element energies are always written to their own slots of a buffer (offset ``offs[0]`` of the
+    term), summed afterwards. With ``deterministic``, nothing is accumulated with float atomics: each
+    element also writes its gradient and Hessian blocks to its own places of contribution buffers
+    (offsets ``offs[1]``, ``offs[2]``), summed later in a fixed order.
     """
     n, d, k = spec.valence, spec.dim, spec.k
     res = spec.residual_dim > 0
@@ -80,18 +81,18 @@ def kernel_source(spec: KernelSpec, mode: str, name: str, deterministic: bool = 
     body.append(f"{rname} = _energy(e, {xs}{call_data})")
 
     def scatter_energy(expr):
-        if deterministic:
-            return f"energy_out[det_off[0] + e] = {expr}"
-        return f"wp.atomic_add(energy_out, 0, {expr})"
+        # element energies go to their own slots (summed afterwards by a block reduction): a float
+        # atomic on one address from every thread serializes the whole launch
+        return f"energy_out[offs[0] + e] = {expr}"
 
     def scatter_vec(arr, a, expr):
         if deterministic:
-            return f"{arr}[det_off[1] + e * {n} + {a}] = {expr}"
+            return f"{arr}[offs[1] + e * {n} + {a}] = {expr}"
         return f"wp.atomic_add({arr}, i{a}, {expr})"
 
     def scatter_block(a, b, expr):
         if deterministic:
-            return f"hvals[det_off[2] + e * {n * n} + {a * n + b}] = {expr}"
+            return f"hvals[offs[2] + e * {n * n} + {a * n + b}] = {expr}"
         return f"wp.atomic_add(hvals, slots[e, {a * n + b}], {expr})"
 
     def block(expr_of, prefix=""):
@@ -187,8 +188,8 @@ def kernel_source(spec: KernelSpec, mode: str, name: str, deterministic: bool = 
                 for b in range(n):
                     blk = block(lambda i, j, a=a, b=b: f"h[{a * d + i}, {b * d + j}]")
                     body.append(scatter_block(a, b, blk))
-    if deterministic and mode not in ("probe", "residual", "jacobian"):
-        args.append("det_off: wp.vec3i")
+    if mode not in ("probe", "residual", "jacobian"):
+        args.append("offs: wp.vec3i")
     lines = [f"def {name}(" + ", ".join(args) + "):"]
     lines += ["    " + s for s in body]
     return "\n".join(lines) + "\n"

@@ -20,7 +20,7 @@ from warp_meshad.kernels import _dualgen
 from .energy import describe_energy, instantiate
 from .kernelgen import KernelSpec, make_kernel
 from .pattern import build_hessian_pattern, build_jacobian_pattern
-from .reduce import contribution_lists, gather_sum, ordered_total
+from .reduce import contribution_lists, gather_sum, ordered_total, partial_count
 
 __all__ = ["Problem"]
 
@@ -112,6 +112,7 @@ class Problem:
         self._jpattern = None
         self.deterministic = bool(deterministic)
         self._det = None
+        self._layout = None
 
     # ------------------------------------------------------------------------------------------
     # terms
@@ -198,6 +199,7 @@ class Problem:
         self._pattern = None
         self._jpattern = None
         self._det = None
+        self._layout = None
         return term.index
 
     def _residual_dim(self, rtype):
@@ -368,9 +370,21 @@ class Problem:
             inputs.append(term.data)
         inputs.append(self.dtype(term.weight))
         inputs += extra[1:]
-        if self.deterministic and mode not in ("residual", "jacobian"):
-            inputs.append(self._det.offsets[term.index])
+        if mode not in ("residual", "jacobian"):
+            inputs.append(self._layout.offsets[term.index])
         wp.launch(self._kernel(term, mode), dim=term.count, inputs=inputs, device=self.device)
+
+    def _ensure_layout(self):
+        """Per-term offsets into the element buffers, and the element-energy buffer."""
+        if self._layout is None:
+            if not self.terms:
+                raise RuntimeError("the problem has no terms: call add_term first")
+            self._layout = _Layout(self)
+        return self._layout
+
+    def _total_energy(self):
+        lay = self._layout
+        ordered_total(lay.energy, lay.element_count, lay.partial, self._energy, self.device)
 
     def _ensure_det(self, hessian: bool):
         """Contribution buffers and fixed-order lists of the deterministic mode."""
@@ -394,15 +408,10 @@ class Problem:
     def eval(self, x) -> float:
         """Energy F(x) (plain values, no derivatives). An element may return +inf (invalid state)."""
         self._check_vector(x, "x", "eval")
-        self._energy.zero_()
-        if self.deterministic:
-            det = self._ensure_det(False)
-            for t in self.terms:
-                self._launch(t, "energy", [x, det.energy])
-            det.finish(self, energy=True)
-        else:
-            for t in self.terms:
-                self._launch(t, "energy", [x, self._energy])
+        lay = self._ensure_layout()
+        for t in self.terms:
+            self._launch(t, "energy", [x, lay.energy])
+        self._total_energy()
         return self._read_energy()
 
     def eval_with_gradient(self, x):
@@ -417,17 +426,18 @@ class Problem:
     def _launch_hessian(self, x, fn, mode, extra=()):
         self._check_vector(x, "x", fn)
         self._ensure_pattern()
-        self._energy.zero_()
+        lay = self._ensure_layout()
         self._grad.zero_()
         self._hess.values.zero_()
         det = self._ensure_det(True) if self.deterministic else None
-        e_out, g_out, h_out = (det.energy, det.grad, det.hess) if det else (self._energy, self._grad, self._hess.values)
+        g_out, h_out = (det.grad, det.hess) if det else (self._grad, self._hess.values)
         for t in self.terms:
             m = mode if (mode != "gauss_newton" or t.residual) else "hessian"
             ex = list(extra) if m == "hessian_proj" else []
-            self._launch(t, m, [x, e_out, g_out, *ex, t.slots, h_out])
+            self._launch(t, m, [x, lay.energy, g_out, *ex, t.slots, h_out])
+        self._total_energy()
         if det:
-            det.finish(self, energy=True, grad=self._grad, hess=True)
+            det.finish(self, grad=self._grad, hess=True)
 
     def _eval_hessian(self, x, fn, mode, extra=()):
         self._launch_hessian(x, fn, mode, extra)
@@ -464,16 +474,14 @@ class Problem:
 
     def _launch_gradient(self, x, fn):
         self._check_vector(x, "x", fn)
-        self._energy.zero_()
+        lay = self._ensure_layout()
         self._grad.zero_()
+        g_out = self._ensure_det(False).grad if self.deterministic else self._grad
+        for t in self.terms:
+            self._launch(t, "gradient", [x, lay.energy, g_out])
+        self._total_energy()
         if self.deterministic:
-            det = self._ensure_det(False)
-            for t in self.terms:
-                self._launch(t, "gradient", [x, det.energy, det.grad])
-            det.finish(self, energy=True, grad=self._grad)
-        else:
-            for t in self.terms:
-                self._launch(t, "gradient", [x, self._energy, self._grad])
+            self._det.finish(self, grad=self._grad)
         return self._energy, self._grad
 
     def eval_with_hessian(self, x):
@@ -513,14 +521,12 @@ class Problem:
         if self._hv is None:
             self._hv = wp.zeros(self.variable_count, dtype=self.variable_type, device=self.device)
         self._hv.zero_()
+        lay = self._ensure_layout()
+        hv_out = self._ensure_det(False).grad if self.deterministic else self._hv
+        for t in self.terms:
+            self._launch(t, "hvp", [x, lay.energy, hv_out, v, hv_out])
         if self.deterministic:
-            det = self._ensure_det(False)
-            for t in self.terms:
-                self._launch(t, "hvp", [x, det.energy, det.grad, v, det.grad])
-            det.finish(self, grad=self._hv)
-        else:
-            for t in self.terms:
-                self._launch(t, "hvp", [x, self._energy, self._grad, v, self._hv])
+            self._det.finish(self, grad=self._hv)
         return self._hv
 
     def eval_residuals(self, x):
@@ -548,26 +554,36 @@ class Problem:
         return self._res, self._jac
 
 
+class _Layout:
+    """Where each term's elements write: offsets (energy, gradient, Hessian contributions) per term,
+    and the buffer of element energies summed by a block reduction."""
+
+    def __init__(self, problem: Problem):
+        e_off = g_off = h_off = 0
+        self.offsets = []
+        for t in problem.terms:
+            self.offsets.append(wp.vec3i(e_off, g_off, h_off))
+            e_off += t.count
+            g_off += t.count * t.spec.valence
+            h_off += t.count * t.spec.valence * t.spec.valence
+        self.element_count = e_off
+        self.grad_count = g_off
+        self.hess_count = h_off
+        dev = problem.device
+        self.energy = wp.zeros(e_off, dtype=problem.dtype, device=dev)
+        self.partial = wp.zeros(partial_count(e_off, dev), dtype=problem.dtype, device=dev)
+
+
 class _DeterministicStorage:
     """Per-element contribution buffers and the fixed-order lists that sum them (deterministic mode)."""
 
     def __init__(self, problem: Problem):
         dev = problem.device
-        e_off = g_off = h_off = 0
-        self.offsets = []
-        targets = []
-        for t in problem.terms:
-            self.offsets.append(wp.vec3i(e_off, g_off, h_off))
-            targets.append(t.elements_np.ravel())
-            e_off += t.count
-            g_off += t.count * t.spec.valence
-            h_off += t.count * t.spec.valence * t.spec.valence
-        self.element_count = e_off
-        self.hess_count = h_off
-        self.energy = wp.zeros(e_off, dtype=problem.dtype, device=dev)
-        self.partial = wp.zeros((e_off + 255) // 256, dtype=problem.dtype, device=dev)
-        self.grad = wp.zeros(g_off, dtype=problem.variable_type, device=dev)
-        self.g_lists = contribution_lists(np.concatenate(targets), problem.variable_count, dev)
+        lay = problem._ensure_layout()
+        self.grad = wp.zeros(lay.grad_count, dtype=problem.variable_type, device=dev)
+        targets = np.concatenate([t.elements_np.ravel() for t in problem.terms])
+        self.g_lists = contribution_lists(targets, problem.variable_count, dev)
+        self.hess_count = lay.hess_count
         self.hess = None
         self.h_lists = None
 
@@ -576,10 +592,8 @@ class _DeterministicStorage:
         self.hess = wp.zeros(self.hess_count, dtype=problem.block_type, device=problem.device)
         self.h_lists = contribution_lists(targets, problem._pattern.nnz, problem.device)
 
-    def finish(self, problem: Problem, energy=False, grad=None, hess=False):
+    def finish(self, problem: Problem, grad=None, hess=False):
         dev = problem.device
-        if energy:
-            ordered_total(self.energy, self.element_count, self.partial, problem._energy, dev)
         if grad is not None:
             gather_sum(self.g_lists, self.grad, grad, dev)
         if hess:

@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-__all__ = ["ContributionLists", "contribution_lists", "gather_sum", "ordered_total"]
+__all__ = ["ContributionLists", "contribution_lists", "gather_sum", "ordered_total", "partial_count"]
 
-_CHUNK = 256
+_BLOCK = 256
+_MAX_BLOCKS = 1024
 
 
 @wp.kernel(enable_backward=False)
@@ -35,24 +36,18 @@ def _gather_sum(
 
 
 @wp.kernel(enable_backward=False)
-def _chunk_sum(src: wp.array(dtype=Any), count: int, chunk: int, partial: wp.array(dtype=Any)):
-    # one thread per chunk of consecutive entries, summed left to right
-    c = wp.tid()
-    s = c * chunk
-    t = wp.min(s + chunk, count)
-    acc = src[s]
-    for j in range(s + 1, t):
-        acc = acc + src[j]
-    partial[c] = acc
-
-
-@wp.kernel(enable_backward=False)
-def _serial_sum(partial: wp.array(dtype=Any), count: int, out: wp.array(dtype=Any)):
-    # a single thread adds the chunk sums in order
-    acc = partial[0]
-    for j in range(1, count):
-        acc = acc + partial[j]
-    out[0] = acc
+def _block_sum(src: wp.array(dtype=Any), count: int, partial: wp.array(dtype=Any)):
+    # one block per partial sum: each thread strides over the input (coalesced), then a tile tree sum
+    b, lane = wp.tid()
+    bd = wp.block_dim()
+    stride = partial.shape[0] * bd
+    i = b * bd + lane
+    acc = src.dtype(0.0)
+    while i < count:
+        acc += src[i]
+        i += stride
+    s = wp.tile_sum(wp.tile(acc))
+    wp.tile_store(partial, s, offset=b)
 
 
 class ContributionLists:
@@ -82,8 +77,20 @@ def gather_sum(lists: ContributionLists, src, dst, device):
     wp.launch(_gather_sum, dim=dst.shape[0], inputs=[lists.offsets, lists.items, src, dst], device=device)
 
 
+def partial_count(count: int, device) -> int:
+    """Number of partial sums :func:`ordered_total` uses for ``count`` entries."""
+    if not wp.get_device(device).is_cuda:
+        return 1
+    return max(1, min(_MAX_BLOCKS, (count + _BLOCK - 1) // _BLOCK))
+
+
 def ordered_total(src, count: int, partial, out, device):
-    """out[0] = sum of src[:count] in a fixed order (chunks of 256, then the chunk sums)."""
-    chunks = (count + _CHUNK - 1) // _CHUNK
-    wp.launch(_chunk_sum, dim=chunks, inputs=[src, count, _CHUNK, partial], device=device)
-    wp.launch(_serial_sum, dim=1, inputs=[partial, chunks, out], device=device)
+    """out[0] = sum of src[:count], in an order fixed by ``partial``'s length (deterministic).
+
+    Args:
+        partial: scratch array of :func:`partial_count` entries, src's dtype.
+    """
+    device = wp.get_device(device)
+    block = _BLOCK if device.is_cuda else 1  # CPU blocks run lane 0 only (see WARP_NOTES)
+    wp.launch_tiled(_block_sum, dim=[partial.shape[0]], inputs=[src, count, partial], block_dim=block, device=device)
+    wp.launch_tiled(_block_sum, dim=[1], inputs=[partial, partial.shape[0], out], block_dim=block, device=device)

@@ -20,9 +20,13 @@ import tempfile
 
 import numpy as np
 
-__all__ = ["ViewerController", "screenshot", "show"]
+__all__ = ["ViewerController", "ViewerError", "screenshot", "show"]
 
 MESH_NAME = "mesh"
+
+
+class ViewerError(RuntimeError):
+    """The viewer window cannot open (no display, no OpenGL)."""
 
 
 def import_polyscope():
@@ -154,10 +158,15 @@ def show(app, log=None, backend: str | None = None, frames: int | None = None) -
         frames: run this many frames then return (None: until the window closes).
     """
     ps, _ = import_polyscope()
-    if backend is None:
-        ps.init()
-    else:
-        ps.init(backend)
+    ps.set_use_prefs_file(False)  # no .polyscope.ini in the current folder
+    try:
+        if backend is None:
+            ps.init()
+        else:
+            ps.init(backend)
+    except RuntimeError as exc:
+        raise ViewerError(f"cannot open the viewer window (no display or OpenGL here?): {exc}; run without --viewer "
+                          "(or with --headless) to get the outputs and a headless screenshot") from None
     ps.remove_all_structures()
     controller = ViewerController(app, ps, log)
     ps.set_user_callback(controller.callback)
