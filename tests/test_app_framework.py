@@ -118,6 +118,11 @@ def test_mesh_path_resolves_against_the_config_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)  # the current folder does not matter
     c = load_config(path)
     assert pathlib.Path(c.mesh) == (tmp_path / "meshes" / "tri.obj").resolve()
+    # a path given with --set is relative to the current folder
+    monkeypatch.chdir(tmp_path / "meshes")
+    assert pathlib.Path(load_config(path, overrides={"mesh": "tri.obj"}).mesh) == c.mesh_path().resolve()
+    with pytest.raises(ConfigError, match=r"^--set: key 'mesh': mesh file not found"):
+        load_config(path, overrides={"mesh": "../meshes/none.obj"})
 
 
 def test_config_names_and_listing():
@@ -312,6 +317,17 @@ def test_viewer_with_polyscope_mock_backend():
     assert app.steps_done == 2 and not ctl.playing
     ctl.single_step()  # a user may step past the end
     assert app.steps_done == 3
+    # every quantity kind registers, and a refresh keeps the user's choice of the shown quantity
+    n, m = app.mesh.vertex_count, app.mesh.face_count
+    extra = {"vv": ("vertex_vectors", np.ones((n, 3))), "fv": ("face_vectors", np.ones((m, 3))),
+             "vs": ("vertices", np.arange(n)), "fs": ("faces", np.arange(m))}
+    viewer._update_quantities(ctl.mesh, extra, first=True)
+    viewer._update_quantities(ctl.mesh, extra)
+    with pytest.raises(ValueError, match="unknown kind"):
+        viewer._update_quantities(ctl.mesh, {"bad": ("edges", np.ones(3))})
+    # show() opens paused: frames draw but do not step
+    shown = viewer.show(app, backend="openGL_mock", frames=3)
+    assert shown.frames >= 1 and app.steps_done == 3 and ps.has_point_cloud("sphere 0") is False
     ps.remove_all_structures()
 
 

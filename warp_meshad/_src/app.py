@@ -103,7 +103,8 @@ class AppConfig:
 
     Attributes:
         app: the app's name (module ``warp_meshad.apps.<app>``).
-        mesh: a mesh file (OBJ/OFF/PLY; a relative path resolves against the config file's folder) or ``"grid"``.
+        mesh: a mesh file (OBJ/OFF/PLY; a relative path resolves against the config file's folder, or against the
+            current folder when given with ``--set``) or ``"grid"``.
         grid: the grid generator's size, used when ``mesh: grid``.
         dtype: floating point type of the variables, ``"float64"`` or ``"float32"``.
         device: Warp device (``"cpu"``, ``"cuda"``, ``"cuda:1"``); None: the first CUDA device if any, else the CPU.
@@ -390,6 +391,8 @@ def load_config(path, overrides: dict | None = None, test: bool = False, flags: 
             _validate(config, label)
             if "mesh" in mapping:
                 mesh_where = label
+                if config.mesh != "grid":  # a path typed on the command line is relative to the current folder
+                    config = dataclasses.replace(config, mesh=str(pathlib.Path(config.mesh).expanduser().absolute()))
     return _finish(config, mesh_where)
 
 

@@ -23,6 +23,7 @@ import numpy as np
 __all__ = ["ViewerController", "ViewerError", "screenshot", "show"]
 
 MESH_NAME = "mesh"
+_VECTOR_KINDS = {"vertex_vectors": "vertices", "face_vectors": "faces"}
 
 
 class ViewerError(RuntimeError):
@@ -40,10 +41,10 @@ def import_polyscope():
     return ps, psim
 
 
-def _register_scene(ps, vertices, faces, quantities: dict, spheres, color_by: str | None = None):
-    """Register the mesh, its quantities and the spheres; returns the surface mesh."""
+def _register_scene(ps, vertices, faces, quantities: dict, spheres):
+    """Register the mesh, its quantities (the first one shown) and the spheres; returns the surface mesh."""
     mesh = ps.register_surface_mesh(MESH_NAME, vertices, faces, smooth_shade=True, edge_width=0.0)
-    _update_quantities(mesh, quantities, enable=color_by)
+    _update_quantities(mesh, quantities, first=True)
     for i, (center, radius) in enumerate(spheres):
         cloud = ps.register_point_cloud(f"sphere {i}", np.asarray(center, dtype=np.float64).reshape(1, 3))
         cloud.set_radius(float(radius), relative=False)
@@ -51,17 +52,15 @@ def _register_scene(ps, vertices, faces, quantities: dict, spheres, color_by: st
     return mesh
 
 
-def _update_quantities(mesh, quantities: dict, enable: str | None = None):
-    first = enable if enable in quantities else next(iter(quantities), None)
-    for name, (kind, values) in quantities.items():
-        on = name == first
+def _update_quantities(mesh, quantities: dict, first: bool = False):
+    """Add or replace the quantities; the first registration shows the first one, later ones keep the user's choice."""
+    for i, (name, (kind, values)) in enumerate(quantities.items()):
+        enabled = (i == 0) if first else None
         values = np.asarray(values, dtype=np.float64)
         if kind in ("vertices", "faces"):
-            mesh.add_scalar_quantity(name, values, defined_on=kind, enabled=on, cmap="viridis")
-        elif kind == "vertex_vectors":
-            mesh.add_vector_quantity(name, values, defined_on="vertices", enabled=on)
-        elif kind == "face_vectors":
-            mesh.add_vector_quantity(name, values, defined_on="faces", enabled=on)
+            mesh.add_scalar_quantity(name, values, defined_on=kind, enabled=enabled, cmap="viridis")
+        elif kind in _VECTOR_KINDS:
+            mesh.add_vector_quantity(name, values, defined_on=_VECTOR_KINDS[kind], enabled=enabled)
         else:
             raise ValueError(f"quantity {name!r}: unknown kind {kind!r}")
 
@@ -109,7 +108,7 @@ class ViewerController:
     def refresh(self) -> None:
         if self.mesh is not None:
             self.mesh.update_vertex_positions(self.app.positions())
-            _update_quantities(self.mesh, self.app.quantities(), enable=None)
+            _update_quantities(self.mesh, self.app.quantities())
 
     def status_lines(self) -> list[str]:
         app = self.app
