@@ -155,6 +155,9 @@ def _newton_system(problem, x, mask):
     return f, g_keep, H, rhs
 
 
+CUPY_METHOD = "spsolve"
+
+
 def _make_backends(names, cg_tol: float):
     from warp_meshad._src.linear import make_linear_solver
 
@@ -162,6 +165,8 @@ def _make_backends(names, cg_tol: float):
     for name in names:
         try:
             options = {"preconditioner": "block_jacobi", "tol": cg_tol, "maxiter": 20000} if name == "cg" else {}
+            if name == "cupy":
+                options = {"method": CUPY_METHOD, "tol": cg_tol}
             out[name] = make_linear_solver(name, **options)
         except Exception as exc:  # ImportError for a missing extra, ValueError on the wrong device
             out[name] = exc
@@ -310,7 +315,14 @@ def main(argv=None) -> None:
     parser.add_argument("--runs", type=int, default=5, help="timed repetitions after one warm-up")
     parser.add_argument("--cg-tol", type=float, default=1e-8, help="relative tolerance of Warp PCG")
     parser.add_argument("--output", default=str(RESULTS), help="JSON output file")
+    parser.add_argument("--cupy-method", default="spsolve", choices=["spsolve", "cg"],
+                        help="CuPy back-end: cuSOLVER sparse QR (spsolve) or Jacobi-preconditioned CG (cg); "
+                        "with cg, CuPy also runs on the full grid")
     args = parser.parse_args(argv)
+    global CUPY_METHOD
+    CUPY_METHOD = args.cupy_method
+    if args.cupy_method == "cg":
+        args.cupy_grid = 0
 
     wp.config.log_level = wp.LOG_WARNING
     wp.init()
