@@ -570,6 +570,8 @@ HESSIAN = {hess}
 
     if hess:
         _psd(out)
+        if k <= 12:
+            _psd_unrolled(out, k)
 
 
 def _sum(terms):
@@ -639,3 +641,63 @@ def project_psd(h: matK, eps: S, absolute: int, n: int):
     return res
 """
     )
+
+
+def _psd_unrolled(out: _Src, k: int):
+    """``project_psd`` with every index a literal (for GPUs): the matrices stay in registers instead of
+    local memory. Sweeps stay a runtime loop; the pairs and rows are written out."""
+    lines = [
+        "def project_psd_unrolled(h: matK, eps: S, absolute: int):",
+        "    a = h",
+        "    v = matK()",
+    ]
+    lines += [f"    v[{i}, {i}] = S(1.0)" for i in range(k)]
+    lines += ["    for sweep in range(30):"]
+    off = " + ".join(f"a[{p}, {q}] * a[{p}, {q}]" for p in range(k) for q in range(p + 1, k)) or "S(0.0)"
+    dia = " + ".join(f"a[{p}, {p}] * a[{p}, {p}]" for p in range(k))
+    lines += [f"        off = {off}", f"        dia = {dia}", "        if off <= S(1.0e-30) * dia or off == S(0.0):", "            break"]
+    for p in range(k):
+        for q in range(p + 1, k):
+            lines += [
+                f"        apq = a[{p}, {q}]",
+                "        if apq != S(0.0):",
+                f"            theta = (a[{q}, {q}] - a[{p}, {p}]) / (S(2.0) * apq)",
+                "            t = S(1.0) / (wp.abs(theta) + wp.sqrt(theta * theta + S(1.0)))",
+                "            if theta < S(0.0):",
+                "                t = -t",
+                "            c = S(1.0) / wp.sqrt(t * t + S(1.0))",
+                "            s = t * c",
+            ]
+            for r in range(k):
+                lines += [
+                    f"            x0 = a[{r}, {p}]",
+                    f"            x1 = a[{r}, {q}]",
+                    f"            a[{r}, {p}] = c * x0 - s * x1",
+                    f"            a[{r}, {q}] = s * x0 + c * x1",
+                ]
+            for r in range(k):
+                lines += [
+                    f"            x0 = a[{p}, {r}]",
+                    f"            x1 = a[{q}, {r}]",
+                    f"            a[{p}, {r}] = c * x0 - s * x1",
+                    f"            a[{q}, {r}] = s * x0 + c * x1",
+                ]
+            for r in range(k):
+                lines += [
+                    f"            x0 = v[{r}, {p}]",
+                    f"            x1 = v[{r}, {q}]",
+                    f"            v[{r}, {p}] = c * x0 - s * x1",
+                    f"            v[{r}, {q}] = s * x0 + c * x1",
+                ]
+    lines += ["    res = matK()"]
+    for m in range(k):
+        lines += [
+            f"    lam = a[{m}, {m}]",
+            "    if absolute != 0:",
+            "        lam = wp.abs(lam)",
+            "    lam = wp.max(lam, eps)",
+            f"    col = vecK({', '.join(f'v[{i}, {m}]' for i in range(k))})",
+            "    res = res + wp.outer(col, col) * lam",
+        ]
+    lines += ["    return res"]
+    out.func("\n".join(lines))

@@ -401,3 +401,21 @@ def test_deterministic_mode_matches_atomic_mode_and_repeats_bitwise(device):
     for r in runs[1:]:
         for a, b in zip(r, runs[0]):
             assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("mode", ["clamp", "abs"])
+def test_unrolled_projection_matches_loop_projection(device, mode):
+    mesh, x = grid_mesh(3, seed=11)
+    xw = wp.array(x, dtype=wp.vec3d, device=device)
+    data = SpringParams()
+    data.rest = wp.array(0.8 * mesh.edge_lengths(), dtype=wp.float64, device=device)
+    data.k = wp.float64(3.0)
+    loop = wm.Problem(mesh.vertex_count, 3, device=device)
+    loop.add_term(mesh.edges, spring, data)
+    loop.unrolled_projection = False
+    unrolled = wm.Problem(mesh.vertex_count, 3, device=device)
+    unrolled.add_term(mesh.edges, spring, data)
+    unrolled.unrolled_projection = True
+    P1 = dense(loop.eval_with_hessian_proj(xw, mode=mode)[2])
+    P2 = dense(unrolled.eval_with_hessian_proj(xw, mode=mode)[2])
+    np.testing.assert_allclose(P2, P1, rtol=1e-9, atol=1e-9)

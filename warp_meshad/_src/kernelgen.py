@@ -52,7 +52,7 @@ def _components(expr: str, rdim: int) -> list[str]:
     return [f"{expr}.{_XYZW[c]}" for c in range(rdim)]
 
 
-def kernel_source(spec: KernelSpec, mode: str, name: str, deterministic: bool = False) -> str:
+def kernel_source(spec: KernelSpec, mode: str, name: str, deterministic: bool = False, unrolled: bool = False) -> str:
     """Source text of the kernel ``name`` for ``mode`` (see :data:`MODES`).
 
     Element energies are always written to their own slots of a buffer (offset ``offs[0]`` of the
@@ -166,7 +166,10 @@ def kernel_source(spec: KernelSpec, mode: str, name: str, deterministic: bool = 
                 body.append("h = r.h * weight")
             elif mode == "hessian_proj":
                 args += ["eps: _S", "absolute: int"]
-                body.append(f"h = _D.project_psd(r.h * weight, eps, absolute, {k})")
+                if unrolled:  # literal indices: registers instead of local memory (GPU)
+                    body.append("h = _D.project_psd_unrolled(r.h * weight, eps, absolute)")
+                else:
+                    body.append(f"h = _D.project_psd(r.h * weight, eps, absolute, {k})")
         if mode == "hvp":
             args += ["v: wp.array(dtype=_VarT)", "hv_out: wp.array(dtype=_VarT)"]
             if d == 1:
@@ -195,7 +198,9 @@ def kernel_source(spec: KernelSpec, mode: str, name: str, deterministic: bool = 
     return "\n".join(lines) + "\n"
 
 
-def make_kernel(spec: KernelSpec, mode: str, energy_fn, ns, data_type, label: str, deterministic: bool = False):
+def make_kernel(
+    spec: KernelSpec, mode: str, energy_fn, ns, data_type, label: str, deterministic: bool = False, unrolled: bool = False
+):
     """Compile-ready ``wp.Kernel`` for one term and mode.
 
     Args:
@@ -223,10 +228,11 @@ def make_kernel(spec: KernelSpec, mode: str, energy_fn, ns, data_type, label: st
         "_DataT": data_type,
         "_energy": energy_fn,
     }
-    tmp = kernel_source(spec, mode, "kernel", deterministic)
+    unrolled = unrolled and mode == "hessian_proj" and hasattr(ns, "project_psd_unrolled")
+    tmp = kernel_source(spec, mode, "kernel", deterministic, unrolled)
     digest = hashlib.sha1((tmp + energy_fn.key).encode()).hexdigest()[:10]
-    name = f"wm_{label}_{mode}{'_det' if deterministic else ''}_{digest}"
-    src = kernel_source(spec, mode, name, deterministic)
+    name = f"wm_{label}_{mode}{'_det' if deterministic else ''}{'_unrolled' if unrolled else ''}_{digest}"
+    src = kernel_source(spec, mode, name, deterministic, unrolled)
     code = compile(src, f"<warp_meshad kernel {name}>", "exec", dont_inherit=True)
     exec(code, scope)
     pyfn = scope[name]

@@ -113,6 +113,9 @@ class Problem:
         self.deterministic = bool(deterministic)
         self._det = None
         self._layout = None
+        # per-element PSD projection with literal indices (registers) on GPUs; the CPU keeps the
+        # compact loop version (the unrolled one takes long to compile there)
+        self.unrolled_projection = self.device.is_cuda
 
     # ------------------------------------------------------------------------------------------
     # terms
@@ -268,12 +271,14 @@ class Problem:
         kern = term.kernels.get(mode)
         if kern is None:
             det = self.deterministic and mode not in ("residual", "jacobian")
-            key = (id(term.energy), mode, det, term.spec.signature(), term.data_type.key if term.data_type else "")
+            unrolled = self.unrolled_projection and mode == "hessian_proj"
+            key = (id(term.energy), mode, det, unrolled, term.spec.signature(), term.data_type.key if term.data_type else "")
             hit = _KERNELS.get(key)
             if hit is None:
-                module = self._module(term, mode + ("_det" if det else ""))
+                module = self._module(term, mode + ("_det" if det else "") + ("_unrolled" if unrolled else ""))
                 fn, ns = self._instance(term, mode, module)
-                hit = (make_kernel(term.spec, mode, fn, ns, term.data_type, term.info.name, det), term.energy)
+                kern = make_kernel(term.spec, mode, fn, ns, term.data_type, term.info.name, det, unrolled)
+                hit = (kern, term.energy)
                 _KERNELS[key] = hit  # holding the energy keeps its id from being reused
             kern = hit[0]
             term.kernels[mode] = kern
