@@ -27,3 +27,7 @@ __all__ = [
     "symmetric_dirichlet",
     "weighted_dirichlet",
 ]
+
+from .arap import ArapData, arap  # noqa: E402
+
+__all__ += ["ArapData", "arap"]

@@ -62,15 +62,9 @@ def _cmul(a: Any, b: Any):
 
 
 @wp.func
-def _polyvector_c0(alpha: Any, beta: Any):
-    """C_0 = alpha^2 beta^2."""
-    return _cmul(_cmul(alpha, alpha), _cmul(beta, beta))
-
-
-@wp.func
-def _polyvector_c2(alpha: Any, beta: Any):
-    """C_2 = -(alpha^2 + beta^2)."""
-    return -(_cmul(alpha, alpha) + _cmul(beta, beta))
+def _csq(re: Any, im: Any):
+    """Complex square of re + i im, as a vec2."""
+    return ad.vec2(ad.sq(re) - ad.sq(im), 2.0 * re * im)
 
 
 @wp.func
@@ -79,14 +73,15 @@ def polyvector_smoothness(e: int, xf: Any, xg: Any, data: PolyCurlData):
     ef = data.edge_f[e]
     eg = data.edge_g[e]
     t = wp.vec2d(ef[0] * eg[0] + ef[1] * eg[1], ef[0] * eg[1] - ef[1] * eg[0])
-    t2 = wp.vec2d(t[0] * t[0] - t[1] * t[1], 2.0 * t[0] * t[1])
-    t4 = wp.vec2d(t2[0] * t2[0] - t2[1] * t2[1], 2.0 * t2[0] * t2[1])
-    alpha_f = ad.vec2(xf.x, xf.y)
-    beta_f = ad.vec2(xf.z, xf.w)
-    alpha_g = ad.vec2(xg.x, xg.y)
-    beta_g = ad.vec2(xg.z, xg.w)
-    r0 = _cmul(_polyvector_c0(alpha_f, beta_f), t4) - _polyvector_c0(alpha_g, beta_g)
-    r2 = _cmul(_polyvector_c2(alpha_f, beta_f), t2) - _polyvector_c2(alpha_g, beta_g)
+    t2 = _csq(t[0], t[1])
+    t4 = _csq(t2[0], t2[1])
+    alpha_f2 = _csq(xf.x, xf.y)  # alpha_f^2
+    beta_f2 = _csq(xf.z, xf.w)
+    alpha_g2 = _csq(xg.x, xg.y)
+    beta_g2 = _csq(xg.z, xg.w)
+    # C_0 = alpha^2 beta^2 and C_2 = -(alpha^2 + beta^2) in f (transported to g) and in g
+    r0 = _cmul(_cmul(alpha_f2, beta_f2), t4) - _cmul(alpha_g2, beta_g2)
+    r2 = (alpha_g2 + beta_g2) - _cmul(alpha_f2 + beta_f2, t2)
     s = wp.sqrt(data.smoothness_weight)
     return ad.vec4(s * r0.x, s * r0.y, s * r2.x, s * r2.y)
 
@@ -100,11 +95,11 @@ def polycurl(e: int, xf: Any, xg: Any, data: PolyCurlData):
     bf = xf.z * ef[0] + xf.w * ef[1]
     ag = xg.x * eg[0] + xg.y * eg[1]
     bg = xg.z * eg[0] + xg.w * eg[1]
-    af2 = af * af
-    bf2 = bf * bf
-    ag2 = ag * ag
-    bg2 = bg * bg
+    af2 = ad.sq(af)
+    bf2 = ad.sq(bf)
+    ag2 = ad.sq(ag)
+    bg2 = ad.sq(bg)
     curl0 = data.curl_weight * (af2 * bf2 - ag2 * bg2)
     curl2 = wp.sqrt(data.curl_weight) * ((ag2 + bg2) - (af2 + bf2))
-    quotient = wp.sqrt(data.quotient_weight) * ((bf2 - af2) * ag * bg - (bg2 - ag2) * af * bf)
+    quotient = wp.sqrt(data.quotient_weight) * ((bf2 - af2) * (ag * bg) - (bg2 - ag2) * (af * bf))
     return ad.vec3(curl0, curl2, quotient)

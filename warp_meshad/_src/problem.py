@@ -38,6 +38,15 @@ _NAMED_MATRICES = {
 
 
 def _dtype_name(t) -> str:
+    """Readable name of a Warp type: vec3d, mat22f, float64, ... (generic vector classes are all 'vec_t')."""
+    scalar = getattr(t, "_wp_scalar_type_", None)
+    shape = getattr(t, "_shape_", None)
+    if scalar in (wp.float32, wp.float64) and shape is not None:
+        suffix = "d" if scalar is wp.float64 else "f"
+        if wp.types.type_is_vector(t):
+            return f"vec{shape[0]}{suffix}"
+        if wp.types.type_is_matrix(t):
+            return f"mat{shape[0]}{shape[1]}{suffix}"
     return getattr(t, "__name__", None) or str(t)
 
 
