@@ -31,3 +31,33 @@ __all__ = [
 from .arap import ArapData, arap  # noqa: E402
 
 __all__ += ["ArapData", "arap"]
+
+from .discrete_shells_bending import (  # noqa: E402
+    DiscreteShellsBendingData,
+    discrete_shells_bending,
+    discrete_shells_rest_state,
+)
+from .ground_plane import GroundPlaneData, ground_plane_barrier  # noqa: E402
+from .ipc_barrier import (  # noqa: E402
+    BarrierData,
+    EdgeEdgeBarrierData,
+    edge_edge_barrier,
+    ipc_barrier,
+    point_triangle_barrier,
+)
+from .neo_hookean_membrane import NeoHookeanMembraneData, neo_hookean_membrane  # noqa: E402
+
+__all__ += [
+    "BarrierData",
+    "DiscreteShellsBendingData",
+    "EdgeEdgeBarrierData",
+    "GroundPlaneData",
+    "NeoHookeanMembraneData",
+    "discrete_shells_bending",
+    "discrete_shells_rest_state",
+    "edge_edge_barrier",
+    "ground_plane_barrier",
+    "ipc_barrier",
+    "neo_hookean_membrane",
+    "point_triangle_barrier",
+]
