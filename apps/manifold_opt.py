@@ -246,8 +246,15 @@ class App(_AppBase):
             self.solver = wm.LBFGSSolver(self.problem, history=c.history, initial_step=c.step_size)
 
     def step(self) -> dict:
-        """``iterations`` solver iterations on the tangent coordinates from v = 0, then re-center."""
+        """``iterations`` solver iterations on the tangent coordinates from v = 0, then re-center. Once a solve has
+        converged the points no longer move, so later steps record the converged state without solving again."""
         c = self.config
+        if self.history and self.history[-1]["converged"]:
+            last = self.history[-1]
+            result = wm.SolveResult(x=self.v, energies=[last["energies"][-1]],
+                                    gradient_norms=last["gradient_norms"][-1:], converged=True,
+                                    reason="converged_earlier")
+            return self.record(result)
         result = self.solver.solve(self.v, max_iterations=c.iterations, tolerance=c.tolerance)
         wp.launch(_recenter, dim=self.mesh.vertex_count,
                   inputs=[result.x, self.data.points, self.data.tangent1, self.data.tangent2], device=self.device)

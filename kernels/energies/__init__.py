@@ -61,3 +61,19 @@ __all__ += [
     "neo_hookean_membrane",
     "point_triangle_barrier",
 ]
+
+from .polycurl import PolyCurlData, polycurl, polyvector_smoothness  # noqa: E402
+from .polyvector_barrier import PolyVectorFaceData, polyvector_barrier, polyvector_closeness  # noqa: E402
+from .sphere_embedding import SphereEmbeddingData, sphere_embedding, sphere_retract  # noqa: E402
+
+__all__ += [
+    "PolyCurlData",
+    "PolyVectorFaceData",
+    "SphereEmbeddingData",
+    "polycurl",
+    "polyvector_barrier",
+    "polyvector_closeness",
+    "polyvector_smoothness",
+    "sphere_embedding",
+    "sphere_retract",
+]

@@ -69,10 +69,18 @@ class _Term:
         self.slots = None
         self.jslots = None
         self.row_start = 0
+        self.dynamic = False
+        self.capacity = int(elements.shape[0])
 
     @property
     def count(self) -> int:
+        """Active elements (for an interaction term, the pairs set last)."""
         return int(self.elements_np.shape[0])
+
+    @property
+    def reserved(self) -> int:
+        """Rows reserved in the element buffers: the count, or an interaction term's capacity."""
+        return self.capacity if self.dynamic else self.count
 
 
 class Problem:
@@ -98,8 +106,10 @@ class Problem:
     def __init__(self, variable_count: int, variable_dim: int = 3, dtype=wp.float64, device=None, deterministic: bool = False):
         if not isinstance(variable_count, (int, np.integer)) or isinstance(variable_count, bool) or variable_count < 1:
             raise ValueError(f"Problem(variable_count=...) must be a positive int, got {variable_count!r}")
-        if not isinstance(variable_dim, (int, np.integer)) or not 1 <= variable_dim <= 16:
-            raise ValueError(f"Problem(variable_dim=...) must be an int in 1..16, got {variable_dim!r}")
+        if not isinstance(variable_dim, (int, np.integer)) or not 1 <= variable_dim <= 4:
+            raise ValueError(
+                f"Problem(variable_dim=...) must be an int in 1..4 (scalar, vec2, vec3 or vec4 variables), got {variable_dim!r}"
+            )
         if dtype not in (wp.float32, wp.float64):
             raise ValueError(f"Problem(dtype=...) must be wp.float32 or wp.float64, got {_dtype_name(dtype)}")
         self.variable_count = int(variable_count)
@@ -165,8 +175,73 @@ class Problem:
         """
         return self._add(elements, residual, data, weight, name, residual=True)
 
-    def _add(self, elements, energy, data, weight, name, residual):
-        what = "add_residual_term" if residual else "add_term"
+    def add_interaction_term(
+        self, energy, valence: int, data=None, weight: float = 1.0, capacity: int = 1024, name: str | None = None
+    ) -> int:
+        """Add a term whose elements change at run time (contact pairs, ...).
+
+        The term starts with no elements; :meth:`set_interaction_elements` replaces them. It takes part
+        in every evaluation mode like any other term (Hessian-vector products included); each element's
+        energy is accumulated, never overwritten. When more elements arrive than ``capacity``, the
+        buffers grow (doubling): no element is ever dropped. Setting new elements rebuilds the Hessian
+        pattern (the union of all terms' element pairs) before the next Hessian evaluation.
+
+        Args:
+            energy: ``@wp.func`` as in :meth:`add_term`, over ``valence`` variables.
+            valence: variables per element (e.g. 4 for point-triangle and edge-edge pairs).
+            data, weight, name: as in :meth:`add_term`.
+            capacity: elements reserved up front.
+
+        Returns:
+            The index of the term (pass it to :meth:`set_interaction_elements`).
+        """
+        if self.deterministic:
+            raise NotImplementedError("add_interaction_term: interaction terms do not support deterministic=True yet")
+        if not isinstance(valence, (int, np.integer)) or valence < 1:
+            raise ValueError(f"add_interaction_term(valence=...) must be a positive int, got {valence!r}")
+        if not isinstance(capacity, (int, np.integer)) or capacity < 1:
+            raise ValueError(f"add_interaction_term(capacity=...) must be a positive int, got {capacity!r}")
+        probe = np.zeros((1, int(valence)), dtype=np.int32)
+        index = self._add(probe, energy, data, weight, name, residual=False, what="add_interaction_term")
+        term = self.terms[index]
+        term.dynamic = True
+        term.capacity = int(capacity)
+        term.elements_np = np.zeros((0, int(valence)), dtype=np.int32)
+        term.elements = wp.zeros((term.capacity, int(valence)), dtype=wp.int32, device=self.device)
+        self._layout = None
+        return index
+
+    def set_interaction_elements(self, term: int, elements) -> None:
+        """Replace the elements of an interaction term.
+
+        Args:
+            term: index returned by :meth:`add_interaction_term`.
+            elements: int array (k, valence) of variable indices (numpy or ``wp.array2d``; k may be 0).
+        """
+        if not isinstance(term, (int, np.integer)) or not 0 <= term < len(self.terms) or not self.terms[term].dynamic:
+            raise ValueError(f"set_interaction_elements(term=...) must be the index of an interaction term, got {term!r}")
+        t = self.terms[term]
+        if isinstance(elements, wp.array):
+            elements = elements.numpy()
+        arr = np.asarray(elements)
+        valence = t.spec.valence
+        if arr.size == 0:
+            arr = np.zeros((0, valence), dtype=np.int32)
+        if arr.ndim != 2 or arr.shape[1] != valence:
+            raise ValueError(f"set_interaction_elements(elements=...) must have shape (k, {valence}), got {arr.shape}")
+        if arr.shape[0]:
+            arr = self._check_elements(arr, "set_interaction_elements")
+        if arr.shape[0] > t.capacity:
+            t.capacity = max(2 * t.capacity, int(arr.shape[0]))
+            t.elements = wp.zeros((t.capacity, valence), dtype=wp.int32, device=self.device)
+            self._layout = None
+        t.elements_np = arr.astype(np.int32, copy=False)
+        if arr.shape[0]:
+            wp.copy(t.elements, wp.array(arr, dtype=wp.int32, device=self.device), count=arr.size)
+        self._pattern = None
+
+    def _add(self, elements, energy, data, weight, name, residual, what=None):
+        what = what or ("add_residual_term" if residual else "add_term")
         argname = "residual" if residual else "energy"
         info = describe_energy(energy, f"{what}({argname}=...)")
         el = self._check_elements(elements, what)
@@ -386,7 +461,8 @@ class Problem:
         inputs += extra[1:]
         if mode not in ("residual", "jacobian"):
             inputs.append(self._layout.offsets[term.index])
-        wp.launch(self._kernel(term, mode), dim=term.count, inputs=inputs, device=self.device)
+        if term.count:
+            wp.launch(self._kernel(term, mode), dim=term.count, inputs=inputs, device=self.device)
 
     def _ensure_layout(self):
         """Per-term offsets into the element buffers, and the element-energy buffer."""
@@ -394,6 +470,8 @@ class Problem:
             if not self.terms:
                 raise RuntimeError("the problem has no terms: call add_term first")
             self._layout = _Layout(self)
+        if self._layout.dynamic:
+            self._layout.energy.zero_()  # slots beyond an interaction term's current count must read 0
         return self._layout
 
     def _total_energy(self):
@@ -577,9 +655,10 @@ class _Layout:
         self.offsets = []
         for t in problem.terms:
             self.offsets.append(wp.vec3i(e_off, g_off, h_off))
-            e_off += t.count
-            g_off += t.count * t.spec.valence
-            h_off += t.count * t.spec.valence * t.spec.valence
+            e_off += t.reserved
+            g_off += t.reserved * t.spec.valence
+            h_off += t.reserved * t.spec.valence * t.spec.valence
+        self.dynamic = any(t.dynamic for t in problem.terms)
         self.element_count = e_off
         self.grad_count = g_off
         self.hess_count = h_off
