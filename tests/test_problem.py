@@ -419,3 +419,22 @@ def test_unrolled_projection_matches_loop_projection(device, mode):
     P1 = dense(loop.eval_with_hessian_proj(xw, mode=mode)[2])
     P2 = dense(unrolled.eval_with_hessian_proj(xw, mode=mode)[2])
     np.testing.assert_allclose(P2, P1, rtol=1e-9, atol=1e-9)
+
+
+@wp.func
+def spring_with_warp_builtins(e: int, xa: Any, xb: Any):
+    """Same as a unit spring, written with wp.length / wp.sqrt / wp.abs instead of ad.*."""
+    l = wp.sqrt(wp.dot(xa - xb, xa - xb))
+    return 0.5 * (wp.abs(l) - 1.0) * (l - 1.0) + 0.0 * wp.length(xa)
+
+
+def test_energy_may_use_warp_builtin_spellings(device):
+    mesh, x = grid_mesh(3, seed=12)
+    p = wm.Problem(mesh.vertex_count, 3, device=device)
+    p.add_term(mesh.edges, spring_with_warp_builtins)
+    xw = wp.array(x, dtype=wp.vec3d, device=device)
+    f, g = p.eval_with_gradient(xw)
+    l = np.linalg.norm(x[mesh.edges[:, 0]] - x[mesh.edges[:, 1]], axis=1)
+    np.testing.assert_allclose(f, np.sum(0.5 * (l - 1.0) ** 2), rtol=1e-12)
+    fd = central_gradient(lambda y: p.eval(wp.array(y, dtype=wp.vec3d, device=device)), x)
+    np.testing.assert_allclose(g.numpy().ravel(), fd, rtol=1e-6, atol=1e-7)

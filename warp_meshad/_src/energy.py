@@ -9,6 +9,8 @@ once:
 * ``-a`` -> ``_wm_neg(a)``, ``a < b`` -> ``_wm_lt(a, b)`` (likewise ``<=, >, >=``),
   ``a[i]`` -> ``_wm_index(a, i)``, ``a[i, j]`` -> ``_wm_index2(a, i, j)`` (loads only);
 * the variable arguments are annotated with the concrete plain or dual type;
+* ``wp.length(v)``, ``wp.sqrt(a)``, ``wp.determinant(m)``, ... (Warp builtins with an ``ad`` counterpart)
+  -> the ``ad`` function, so energies may use either spelling;
 * each ``return v`` of the energy itself -> ``return _wm_ret(v)`` (a constant dual in dual modes);
 * Warp functions the energy calls that the user wrote are rewritten the same way (recursively);
 
@@ -30,13 +32,24 @@ import warp as wp
 __all__ = ["instantiate", "EnergyInfo", "describe_energy"]
 
 _COMPARE = {ast.Lt: "_wm_lt", ast.LtE: "_wm_le", ast.Gt: "_wm_gt", ast.GtE: "_wm_ge"}
+# Warp builtins with an ``ad`` counterpart: ``wp.length(v)`` in an energy becomes ``ad.length(v)``
+_WP_TO_AD = {
+    name: name
+    for name in (
+        "length", "length_sq", "normalize", "dot", "cross", "outer", "sqrt", "exp", "log", "sin", "cos", "tan",
+        "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "pow", "abs", "min", "max", "where", "select",
+        "inverse", "transpose", "trace",
+    )
+}
+_WP_TO_AD["determinant"] = "det"
 _INJECT = ("add", "sub", "mul", "div", "_wm_neg", "_wm_lt", "_wm_le", "_wm_gt", "_wm_ge", "_wm_index", "_wm_index2")
 _cache: dict = {}
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, helper_names, wrap_returns):
+    def __init__(self, helper_names, wrap_returns, warp_names=()):
         self.helper_names = helper_names
+        self.warp_names = set(warp_names)
         self.wrap_returns = wrap_returns
         self.depth = 0
         self.calls: set[str] = set()
@@ -102,6 +115,14 @@ class _Rewriter(ast.NodeTransformer):
         self.generic_visit(node)
         if isinstance(node.func, ast.Name) and node.func.id in self.helper_names:
             self.calls.add(node.func.id)
+        f = node.func
+        if (
+            isinstance(f, ast.Attribute)
+            and isinstance(f.value, ast.Name)
+            and f.value.id in self.warp_names
+            and f.attr in _WP_TO_AD
+        ):
+            node.func = ast.copy_location(ast.Attribute(ast.Name("_wm_ad", ast.Load()), _WP_TO_AD[f.attr], ast.Load()), f)
         return node
 
 
@@ -143,6 +164,7 @@ def _namespace_globals(scope: dict, ns, scalar) -> dict:
     out = dict(scope)
     out["_wm_S"] = getattr(ns, "S", None) or scalar
     out["_wm_ret"] = getattr(ns, "const", None) or ns.value
+    out["_wm_ad"] = ns
     for name in _INJECT:
         out[name] = getattr(ns, name)
     plain = public_ad._plain
@@ -169,7 +191,8 @@ def _helper(fn_obj: wp.Function, ns, module, stack, scalar):
 
 def _compile(fdef, scope, ns, module, orig, arg_types, stack, cache_key, scalar):
     helpers = {n for n, v in scope.items() if _is_user_function(v)}
-    rw = _Rewriter(helpers, wrap_returns=arg_types is not None)
+    warp_names = [n for n, v in scope.items() if v is wp]
+    rw = _Rewriter(helpers, wrap_returns=arg_types is not None, warp_names=warp_names)
     fdef = rw.visit(fdef)
     glb = _namespace_globals(scope, ns, scalar)
     for name in rw.calls:
