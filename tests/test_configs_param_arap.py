@@ -57,7 +57,7 @@ def test_every_config_has_a_small_test_block():
     for path in CONFIGS:
         full, test = load_config(path), load_config(path, test=True)
         assert full.test, f"{path} has no test block"
-        if full.app == "param" and full.mesh_path().stat().st_size > 200_000:  # bunny, armadillo: a few iterations
+        if path.stem in ("bunny_cut", "armadillo"):  # TinyAD's setup at full size, a few iterations under test
             assert test.iterations <= 5 and test.expected_energy_per_area is None, path
             assert full.expected_energy_per_area is not None and full.initial_scale == "unit", path
         assert test.steps <= 3, path
