@@ -276,6 +276,7 @@ vecK = wp.types.vector(length={k}, dtype={s})
 matK = wp.types.matrix(shape=({k}, {k}), dtype={s})
 K = {k}
 HESSIAN = {hess}
+TOL = {"1.0e-24" if dtype == "float64" else "1.0e-12"}  # Jacobi stops at |offdiag|^2 <= TOL |diag|^2
 """
     )
     fields = "    v: S\n    g: vecK\n" + ("    h: matK\n" if hess else "")
@@ -569,7 +570,7 @@ HESSIAN = {hess}
                 out.func(f"def mat22({args}):\n    return {M}(" + ", ".join(f"const(a{i})" for i in range(4)) + ")")
 
     if hess:
-        _psd(out)
+        _psd(out, dtype)
         if k <= 12:
             _psd_unrolled(out, k)
 
@@ -581,13 +582,41 @@ def _sum(terms):
     return expr
 
 
-def _psd(out: _Src):
-    """Per-element projection of a symmetric k x k matrix onto the PSD cone (cyclic Jacobi)."""
+def _psd(out: _Src, dtype: str):
+    """Per-element projection of a symmetric k x k matrix onto the PSD cone (cyclic Jacobi).
+
+    Early out: when a Cholesky factorization of ``h - eps I`` succeeds, every eigenvalue exceeds
+    ``eps`` and ``h`` is its own projection (both modes); most elements of a near-convex energy
+    take this path.
+    """
+    out.func(
+        """
+def _is_above(h: matK, eps: S, n: int):
+    # Cholesky of h - eps I; 1 when it succeeds (h - eps I positive definite)
+    l = matK()
+    for j in range(n):
+        d = h[j, j] - eps
+        for q in range(j):
+            d -= l[j, q] * l[j, q]
+        if d <= S(0.0):
+            return 0
+        d = wp.sqrt(d)
+        l[j, j] = d
+        for i in range(j + 1, n):
+            t = h[i, j]
+            for q in range(j):
+                t -= l[i, q] * l[j, q]
+            l[i, j] = t / d
+    return 1
+"""
+    )
     out.func(
         """
 def project_psd(h: matK, eps: S, absolute: int, n: int):
     # cyclic Jacobi eigen-decomposition a = v diag(w) v^T; n is the (runtime) size, kept dynamic
     # so the loops are not unrolled
+    if _is_above(h, eps, n) != 0:
+        return h
     a = h
     v = matK()
     for i in range(n):
@@ -601,7 +630,7 @@ def project_psd(h: matK, eps: S, absolute: int, n: int):
                     off += a[p, q] * a[p, q]
                 else:
                     scale += a[p, q] * a[p, q]
-        if off <= S(1.0e-30) * scale or off == S(0.0):
+        if off <= S(TOL) * scale or off == S(0.0):
             break
         for p in range(n - 1):
             for q in range(p + 1, n):
@@ -648,6 +677,8 @@ def _psd_unrolled(out: _Src, k: int):
     local memory. Sweeps stay a runtime loop; the pairs and rows are written out."""
     lines = [
         "def project_psd_unrolled(h: matK, eps: S, absolute: int):",
+        f"    if _is_above(h, eps, {k}) != 0:",
+        "        return h",
         "    a = h",
         "    v = matK()",
     ]
@@ -655,7 +686,7 @@ def _psd_unrolled(out: _Src, k: int):
     lines += ["    for sweep in range(30):"]
     off = " + ".join(f"a[{p}, {q}] * a[{p}, {q}]" for p in range(k) for q in range(p + 1, k)) or "S(0.0)"
     dia = " + ".join(f"a[{p}, {p}] * a[{p}, {p}]" for p in range(k))
-    lines += [f"        off = {off}", f"        dia = {dia}", "        if off <= S(1.0e-30) * dia or off == S(0.0):", "            break"]
+    lines += [f"        off = {off}", f"        dia = {dia}", "        if off <= S(TOL) * dia or off == S(0.0):", "            break"]
     for p in range(k):
         for q in range(p + 1, k):
             lines += [
