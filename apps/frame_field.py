@@ -363,7 +363,8 @@ class App(_AppBase):
         tol = 1e-10 * max(1.0, abs(energies[0]))
         assert np.all(rises <= tol), f"frame_field: energy rose by {rises.max():.3e} at iteration {int(rises.argmax())}"
         lengths = np.minimum(np.linalg.norm(x[:, :2], axis=1), np.linalg.norm(x[:, 2:], axis=1))
-        assert lengths.min() > 1e-3, f"frame_field: face {int(lengths.argmin())} has a vector of length {lengths.min():.3e}"
+        assert lengths.min() > 1e-3, (f"frame_field: face {int(lengths.argmin())} has a vector of length "
+                                      f"{lengths.min():.3e}")
         sine = x[:, 0] * x[:, 3] - x[:, 1] * x[:, 2]
         assert sine.min() > 0.0, f"frame_field: face {int(sine.argmin())} has beta not counter-clockwise of alpha"
         curl = float(np.sum(self.polycurl(x) ** 2))

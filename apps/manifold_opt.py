@@ -293,9 +293,11 @@ class App(_AppBase):
         energies = [e for i, rec in enumerate(self.history) for e in rec["energies"][(1 if i else 0):]]
         rises = np.diff(energies)
         tol = 1e-12 * max(1.0, abs(energies[0]))
-        assert np.all(rises <= tol), f"manifold_opt: energy rose by {rises.max():.3e} at iteration {int(rises.argmax())}"
+        assert np.all(rises <= tol), (f"manifold_opt: energy rose by {rises.max():.3e} at iteration "
+                                      f"{int(rises.argmax())}")
         if sum(r["iterations"] for r in self.history) > 0:
-            assert energies[-1] < energies[0], f"manifold_opt: energy did not decrease ({energies[0]} -> {energies[-1]})"
+            assert energies[-1] < energies[0], (f"manifold_opt: energy did not decrease ({energies[0]} -> "
+                                                f"{energies[-1]})")
 
     def extra_metrics(self) -> dict:
         points = self.positions()

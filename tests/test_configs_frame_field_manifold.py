@@ -185,11 +185,10 @@ def test_constant_cross_on_a_plane_has_zero_residuals_and_is_the_smoothest_field
 
 
 def test_frame_field_check_final_catches_broken_fields():
-    app = appmod.app_class("frame_field")(small(ROOT / "configs" / "frame_field" / "cheburashka.yaml", steps=1))
+    sphere = str(ROOT / "assets" / "meshes" / "sphere.obj")
+    app = appmod.app_class("frame_field")(small(ROOT / "configs" / "frame_field" / "cheburashka.yaml", mesh=sphere))
     app.run()
     app.check_final()
-    # the field keeps the constraint face near its start and reduces the polycurl
-    np.testing.assert_allclose(app.field()[0], app.x_start[0], atol=1e-2)
     good = app.field()
     broken = good.copy()
     broken[5, 2:] = 0.0
@@ -245,11 +244,13 @@ def embedding_problem(mesh, points, target=0):
 
 def test_sphere_embedding_derivatives_values_and_recentering(tmp_path):
     mesh = wm.TriMesh.from_file(hull_mesh(tmp_path, count=12))
-    points, info = mo.initial_sphere_embedding(mesh, "tutte", cut_vertex=3)
-    assert info["method"] == "tutte" and mo.face_volumes(points, mesh.faces).min() > 0.0
+    tutte, info = mo.initial_sphere_embedding(mesh, "tutte", cut_vertex=3)
+    assert info["method"] == "tutte" and mo.face_volumes(tutte, mesh.faces).min() > 0.0
+    np.testing.assert_allclose(tutte[3], [0.0, 0.0, 1.0])  # the cut vertex at the north pole
+    points, _ = mo.initial_sphere_embedding(mesh, "normalize")
     problem, data = embedding_problem(mesh, points, target=2)
     rng = np.random.default_rng(5)
-    v = 0.05 * rng.normal(size=(mesh.vertex_count, 2))
+    v = 0.02 * rng.normal(size=(mesh.vertex_count, 2))
     check_problem_derivatives(problem, v)
     # at v = 0: the NumPy energy plus the north-pole pull (every corner of every face)
     zero = wp.zeros(mesh.vertex_count, dtype=wp.vec2d)
@@ -277,19 +278,24 @@ def test_sphere_embedding_derivatives_values_and_recentering(tmp_path):
     assert mirrored.eval(zero) == np.inf
 
 
-def test_newton_and_lbfgs_reach_the_same_sphere_embedding(tmp_path):
-    mesh_path = hull_mesh(tmp_path)
-    energies = {}
-    for solver, steps, iterations in (("newton", 60, 1), ("lbfgs", 4, 200)):
-        cfg = tmp_path / f"{solver}.yaml"
-        cfg.write_text(f"app: manifold_opt\nmesh: hull.obj\nsolver: {solver}\nsteps: {steps}\n"
-                       f"iterations: {iterations}\ntolerance: 1.0e-10\ninitial: normalize\n")
-        app = appmod.app_class("manifold_opt")(load_config(cfg))
+def test_newton_and_lbfgs_reach_the_same_sphere_embedding():
+    """From the same stereographic Tutte start on sphere.obj, projected Newton and L-BFGS stop at the same minimum:
+    the same energy and the same points up to a rotation of the sphere (the energy is rotation invariant)."""
+    runs = {}
+    for solver in ("newton", "lbfgs"):
+        config = load_config(ROOT / "configs" / "manifold_opt" / f"sphere_{solver}.yaml",
+                             overrides={"tolerance": 1e-10, "screenshot": False})
+        app = appmod.app_class("manifold_opt")(config)
         app.run()
         app.check_final()
         assert app.history[-1]["converged"], solver
-        energies[solver] = app.energy
-    np.testing.assert_allclose(energies["lbfgs"], energies["newton"], rtol=1e-9)
+        runs[solver] = app
+    newton, lbfgs = runs["newton"], runs["lbfgs"]
+    np.testing.assert_allclose(lbfgs.energy, newton.energy, rtol=1e-9)
+    assert newton.energy < newton.history[0]["energies"][0] - 1.0
+    p, q = newton.positions(), lbfgs.positions()
+    u, _, vt = np.linalg.svd(q.T @ p)  # orthogonal Procrustes: rotation taking q closest to p
+    np.testing.assert_allclose(q @ (u @ vt), p, atol=1e-4)
 
 
 def test_manifold_check_final_catches_broken_embeddings():

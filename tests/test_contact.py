@@ -69,7 +69,8 @@ def ref_point_triangle_sq(p, a, b, c):
 def ref_edge_edge_sq(a0, a1, b0, b1):
     """min(distance of the lines if both closest points are interior, the four endpoint-segment distances)."""
     ends = np.minimum.reduce(
-        [_point_segment_sq(a0, b0, b1), _point_segment_sq(a1, b0, b1), _point_segment_sq(b0, a0, a1), _point_segment_sq(b1, a0, a1)]
+        [_point_segment_sq(a0, b0, b1), _point_segment_sq(a1, b0, b1), _point_segment_sq(b0, a0, a1)]
+        + [_point_segment_sq(b1, a0, a1)]
     )
     u, v, w = a1 - a0, b1 - b0, b0 - a0
     uu, uv, vv, uw, vw = _dot(u, u), _dot(u, v), _dot(v, v), _dot(u, w), _dot(v, w)
@@ -162,7 +163,9 @@ def test_distances_match_references_and_cover_every_type():
 TRIANGLE = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.2, 0.9, 0.0]])
 # one point per region of TRIANGLE: vertices a, b, c; edges ab, bc, ca; face
 PT_POINTS = np.array(
-    [[-0.2, -0.15, 0.1], [1.2, -0.1, 0.1], [0.15, 1.2, -0.1], [0.5, -0.2, 0.12], [0.75, 0.6, -0.1], [-0.1, 0.4, 0.15], [0.4, 0.3, 0.2]]
+    [[-0.2, -0.15, 0.1], [1.2, -0.1, 0.1], [0.15, 1.2, -0.1]]  # vertex regions
+    + [[0.5, -0.2, 0.12], [0.75, 0.6, -0.1], [-0.1, 0.4, 0.15]]  # edge regions
+    + [[0.4, 0.3, 0.2]]  # face
 )
 
 
@@ -289,7 +292,8 @@ def _ccd(kind, x0, dx, t_max=1.0, min_distance=0.0):
     t_min = wp.array([t_max], dtype=wp.float64, device=DEVICE)
     kernel = contact._point_triangle_step if kind == "pt" else contact._edge_edge_step
     args = [wp.float64(min_distance), wp.float64(t_max), wp.float64(0.9), 100_000]
-    wp.launch(kernel, m, inputs=[_vec3(x0.reshape(-1, 3)), _vec3(dx.reshape(-1, 3)), rows, *args, toi, t_min], device=DEVICE)
+    inputs = [_vec3(x0.reshape(-1, 3)), _vec3(dx.reshape(-1, 3)), rows, *args, toi, t_min]
+    wp.launch(kernel, m, inputs=inputs, device=DEVICE)
     return toi.numpy()
 
 
@@ -394,7 +398,8 @@ def _brute_force_pairs(x, faces, edges, dist):
         other = edges[i + 1 :]
         ok = ~np.isin(other, [a, b]).any(axis=1)
         o = other[ok]
-        d = ref_edge_edge_sq(np.broadcast_to(x[a], o.shape[:1] + (3,)), np.broadcast_to(x[b], o.shape[:1] + (3,)), x[o[:, 0]], x[o[:, 1]])
+        xa, xb = np.broadcast_to(x[a], (o.shape[0], 3)), np.broadcast_to(x[b], (o.shape[0], 3))
+        d = ref_edge_edge_sq(xa, xb, x[o[:, 0]], x[o[:, 1]])
         ee |= {(a, b, *row) for row in o[d < dist**2].tolist()}
     return pt, ee
 
@@ -440,6 +445,26 @@ def test_mesh_step_bound_keeps_two_spots_apart():
     got = contact.intersecting_face_pairs(x + dx, faces, device=DEVICE)
     tri = (x + dx)[faces]
     assert got.shape[0] > 0 and np.all(triangles_intersect_np(tri[got[:, 0]], tri[got[:, 1]]))
+
+
+def test_plane_step_bound():
+    rng = np.random.default_rng(10)
+    normal = np.array([0.1, 1.0, 0.2])
+    unit = normal / np.linalg.norm(normal)
+    origin = np.array([0.0, -1.0, 0.5])
+    x = origin + rng.uniform(0.1, 1.0, size=(50, 1)) * unit + np.cross(unit, rng.normal(size=(50, 3)))
+    dx = rng.normal(size=(50, 3)) - 3.0 * unit
+    t = contact.plane_max_step(x, dx, origin, normal, device=DEVICE)
+    heights = (x - origin) @ unit
+    speeds = dx @ unit
+    hit = speeds < 0
+    np.testing.assert_allclose(t, min(1.0, 0.9 * np.min(heights[hit] / -speeds[hit])), rtol=1e-12)
+    assert np.all(((x + t * dx) - origin) @ unit > 0)
+    up = dx - 2.0 * np.outer(np.minimum(dx @ unit, 0.0), unit)  # normal components reflected: moving away
+    assert contact.plane_max_step(x, up, origin, normal, device=DEVICE) == 1.0
+    below = x.copy()
+    below[3] = origin - 0.01 * unit
+    assert contact.plane_max_step(below, dx, origin, normal, device=DEVICE) == 0.0
 
 
 # ------------------------------------------------------------------------------ triangle-triangle intersection

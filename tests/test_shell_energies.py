@@ -118,7 +118,8 @@ def test_neo_hookean_membrane_zero_at_rest_rotation_invariant_and_inf_when_degen
 
 
 def _bending_problem(mesh, rest_vertices=None, stiffness=0.7):
-    angle, weight = discrete_shells_rest_state(mesh.vertices if rest_vertices is None else rest_vertices, mesh.edge_diamonds)
+    rest = mesh.vertices if rest_vertices is None else rest_vertices
+    angle, weight = discrete_shells_rest_state(rest, mesh.edge_diamonds)
     data = DiscreteShellsBendingData()
     data.rest_angle = wp.array(angle, dtype=wp.float64, device=DEVICE)
     data.weight = wp.array(weight, dtype=wp.float64, device=DEVICE)

@@ -87,7 +87,7 @@ def point_plane_distance_sq(p: Any, a: Any, b: Any, c: Any):
 
 @wp.func
 def line_line_distance_sq(a0: Any, a1: Any, b0: Any, b1: Any):
-    """Squared distance of the infinite lines (a0, a1) and (b0, b1): ((b0 - a0) . n)^2 / |n|^2, n = (a1 - a0) x (b1 - b0)."""
+    """Squared distance of the lines (a0, a1), (b0, b1): ((b0 - a0) . n)^2 / |n|^2, n = (a1 - a0) x (b1 - b0)."""
     n = ad.cross(a1 - a0, b1 - b0)
     s = ad.dot(b0 - a0, n)
     return s * s / ad.length_sq(n)
@@ -304,4 +304,4 @@ def edge_edge_mollifier(a0: Any, a1: Any, b0: Any, b1: Any, eps_x: wp.float64):
     if c < eps_x:
         r = c / eps_x
         return (wp.float64(2.0) - r) * r
-    return c * wp.float64(0.0) + wp.float64(1.0)
+    return c * wp.float64(0.0) + wp.float64(1.0)  # 1, of c's type (a constant dual in dual mode)

@@ -80,7 +80,9 @@ def _segments_intersect_2d(a: wp.vec2d, b: wp.vec2d, c: wp.vec2d, d: wp.vec2d):
     d2 = _orient2d(c, d, b)
     d3 = _orient2d(a, b, c)
     d4 = _orient2d(a, b, d)
-    if ((d1 > zero and d2 < zero) or (d1 < zero and d2 > zero)) and ((d3 > zero and d4 < zero) or (d3 < zero and d4 > zero)):
+    cd_crosses = (d1 > zero and d2 < zero) or (d1 < zero and d2 > zero)
+    ab_crosses = (d3 > zero and d4 < zero) or (d3 < zero and d4 > zero)
+    if cd_crosses and ab_crosses:
         return True
     if d1 == zero and _on_segment_2d(c, d, a):
         return True
@@ -106,7 +108,11 @@ def _point_in_triangle_2d(p: wp.vec2d, a: wp.vec2d, b: wp.vec2d, c: wp.vec2d):
 def _segment_triangle_2d(a: wp.vec2d, b: wp.vec2d, p: wp.vec2d, q: wp.vec2d, r: wp.vec2d):
     if _point_in_triangle_2d(a, p, q, r) or _point_in_triangle_2d(b, p, q, r):
         return True
-    return _segments_intersect_2d(a, b, p, q) or _segments_intersect_2d(a, b, q, r) or _segments_intersect_2d(a, b, r, p)
+    return (
+        _segments_intersect_2d(a, b, p, q)
+        or _segments_intersect_2d(a, b, q, r)
+        or _segments_intersect_2d(a, b, r, p)
+    )
 
 
 @wp.func
@@ -255,7 +261,9 @@ def triangles_intersect_np(t1, t2) -> np.ndarray:
     t1 = np.asarray(t1, dtype=np.float64)
     t2 = np.asarray(t2, dtype=np.float64)
     if t1.shape != t2.shape or t1.shape[-2:] != (3, 3) or t1.ndim not in (2, 3):
-        raise ValueError(f"triangles_intersect_np: t1 and t2 must both have shape (m, 3, 3); got {t1.shape} and {t2.shape}")
+        raise ValueError(
+            f"triangles_intersect_np: t1 and t2 must both have shape (m, 3, 3); got {t1.shape} and {t2.shape}"
+        )
     single = t1.ndim == 2
     t1 = t1.reshape(-1, 3, 3)
     t2 = t2.reshape(-1, 3, 3)

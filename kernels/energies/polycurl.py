@@ -6,7 +6,7 @@ set of roots of the PolyVector z^4 + C_2 z^2 + C_0 with C_0 = alpha^2 beta^2 and
 interior edge with unit direction e, e_f and e_g are e in the frames of its faces f and g (complex numbers), and
 t_fg = conj(e_f) / conj(e_g) = conj(e_f) e_g transports a vector of f to g (same angle to the edge).
 
-    smoothness (Eq. 17-18):   r_s = sqrt(w_s) (C_0f t_fg^4 - C_0g,  C_2f t_fg^2 - C_2g)        (real and imaginary parts)
+    smoothness (Eq. 17-18):   r_s = sqrt(w_s) (C_0f t_fg^4 - C_0g,  C_2f t_fg^2 - C_2g)   (real and imaginary parts)
 
     with a_f = Re(alpha_f conj(e_f)), b_f = Re(beta_f conj(e_f)) (and a_g, b_g in g) the components along the edge,
     polycurl (Eq. 11, 19):    r_c = (w_c (a_f^2 b_f^2 - a_g^2 b_g^2),  sqrt(w_c) ((a_f^2 + b_f^2) - (a_g^2 + b_g^2)))
@@ -28,10 +28,10 @@ Source: O. Diamanti, A. Vaxman, D. Panozzo, O. Sorkine-Hornung, "Integrable Poly
 ``apps/polycurl_reduction.cc`` (P. Schmidt et al. 2022).
 
 Invariants: all residuals vanish for a field that is the parallel transport of one cross across a flat (planar) pair
-of faces and is curl free there (a constant field on a plane); r_s is invariant under rotating the common edge
-frame, under swapping alpha and beta and under alpha -> -alpha; r_c and r_q are invariant under reversing e;
-swapping f and g negates every residual. The residuals are polynomials (degree 4) in the variables, so their
-derivatives exist everywhere.
+of faces and is curl free there (a constant field on a plane); all are invariant under swapping alpha and beta and
+under alpha -> -alpha or beta -> -beta (they see the unordered cross); r_c and r_q are invariant under reversing e;
+swapping f and g leaves |r_s|, |r_c| and |r_q| unchanged. The residuals are polynomials (degree 4) in the
+variables, so their derivatives exist everywhere.
 """
 
 from typing import Any

@@ -31,8 +31,6 @@ from typing import Any
 
 import warp as wp
 
-from warp_meshad.kernels import ad
-
 __all__ = ["PolyVectorFaceData", "polyvector_barrier", "polyvector_closeness"]
 
 

@@ -9,9 +9,10 @@ Host-side drivers over device arrays, built on :mod:`warp_meshad.kernels.contact
   contact between objects stored in one vertex array. Broad phase: ``wp.Bvh`` trees over face and
   edge boxes (float32, rounded outward), one thread per query vertex / edge, ``bvh_query_aabb``;
   narrow phase (static case): the exact squared distance. Two passes (count, prefix sum, fill)
-  give every pair, in a deterministic order, with no capacity to guess.
+  give every pair, grouped by query vertex / edge in ascending order, with no capacity to guess.
 * :func:`max_step`: the largest fraction t in [0, t_max] of a step dx such that no pair collides
   on [0, t] (additive CCD per pair, minimum over pairs).
+* :func:`plane_max_step`: the same bound for vertices against a plane (ground, box walls), exact.
 * :func:`edge_edge_mollifier_thresholds`: eps_x of the edge-edge barrier per pair, from rest positions.
 * :func:`intersecting_face_pairs`: every pair of faces sharing no vertex that intersect (exact
   triangle-triangle test after a BVH broad phase): an acceptance check for intersection-free runs.
@@ -42,6 +43,7 @@ __all__ = [
     "find_contact_pairs",
     "intersecting_face_pairs",
     "max_step",
+    "plane_max_step",
 ]
 
 DEFAULT_CCD_RESCALING = 0.9
@@ -277,7 +279,32 @@ def _edge_edge_step(
 
 
 @wp.kernel(enable_backward=False)
-def _mollifier_thresholds(rest: wp.array(dtype=wp.vec3d), pairs: wp.array2d(dtype=wp.int32), out: wp.array(dtype=wp.float64)):
+def _plane_step(
+    x: wp.array(dtype=wp.vec3d),
+    dx: wp.array(dtype=wp.vec3d),
+    origin: wp.vec3d,
+    normal: wp.vec3d,
+    min_distance: wp.float64,
+    t_max: wp.float64,
+    rescaling: wp.float64,
+    t_min: wp.array(dtype=wp.float64),
+):
+    """One thread per vertex: the step fraction at which it would cover ``rescaling`` of its gap to the plane."""
+    i = wp.tid()
+    gap = wp.dot(x[i] - origin, normal) - min_distance
+    speed = wp.dot(dx[i], normal)
+    t = t_max
+    if gap <= wp.float64(0.0):
+        t = wp.float64(0.0)
+    elif speed < wp.float64(0.0):
+        t = wp.min(t_max, rescaling * gap / (-speed))
+    wp.atomic_min(t_min, 0, t)
+
+
+@wp.kernel(enable_backward=False)
+def _mollifier_thresholds(
+    rest: wp.array(dtype=wp.vec3d), pairs: wp.array2d(dtype=wp.int32), out: wp.array(dtype=wp.float64)
+):
     """One thread per edge-edge pair: eps_x = 1e-3 |a1 - a0|^2 |b1 - b0|^2 at rest."""
     k = wp.tid()
     out[k] = edge_edge_mollifier_threshold(rest[pairs[k, 0]], rest[pairs[k, 1]], rest[pairs[k, 2]], rest[pairs[k, 3]])
@@ -396,7 +423,9 @@ class ContactSearch:
         self.device = wp.get_device(device)
         f = faces.numpy() if isinstance(faces, wp.array) else np.asarray(faces)
         if f.ndim != 2 or f.shape[1] != 3 or not np.issubdtype(f.dtype, np.integer) or f.shape[0] == 0:
-            raise ValueError(f"ContactSearch(faces=...) must be a non-empty integer array (m, 3), got {f.dtype} {f.shape}")
+            raise ValueError(
+                f"ContactSearch(faces=...) must be a non-empty integer array (m, 3), got {f.dtype} {f.shape}"
+            )
         self.vertex_count = int(f.max()) + 1 if vertex_count is None else int(vertex_count)
         if f.min() < 0 or f.max() >= self.vertex_count:
             raise ValueError(f"ContactSearch(faces=...) has indices out of range [0, {self.vertex_count})")
@@ -420,23 +449,17 @@ class ContactSearch:
     # -------------------------------------------------------------------------------- trees
 
     def _trees(self, x, dx, swept):
+        """Boxes of faces and edges at x (swept over dx when ``swept``), then refit or rebuild the trees."""
         rebuild = self._updates % self.rebuild_every == 0
         self._updates += 1
-        wp.launch(
-            _face_boxes, self.face_count, inputs=[x, dx, swept, self.faces, self._face_tree.lowers, self._face_tree.uppers],
-            device=self.device,
-        )
-        if rebuild:
-            self._face_tree.bvh = None
-        self._face_tree.update()
-        if self._edge_tree is not None:
-            wp.launch(
-                _edge_boxes, self.edge_count, inputs=[x, dx, swept, self.edges, self._edge_tree.lowers, self._edge_tree.uppers],
-                device=self.device,
-            )
+        trees = ((self._face_tree, _face_boxes, self.faces), (self._edge_tree, _edge_boxes, self.edges))
+        for tree, kernel, rows in trees:
+            if tree is None:
+                continue
+            wp.launch(kernel, tree.count, inputs=[x, dx, swept, rows, tree.lowers, tree.uppers], device=self.device)
             if rebuild:
-                self._edge_tree.bvh = None
-            self._edge_tree.update()
+                tree.bvh = None
+            tree.update()
 
     def _two_pass(self, kernel, dim, fixed, counts, offsets, width):
         """Count, prefix-sum, allocate, fill: returns a (total, width) int32 device array."""
@@ -473,8 +496,16 @@ class ContactSearch:
             )
         return ContactPairs(pt, ee)
 
-    def max_step(self, x, dx, *, min_distance: float = 0.0, t_max: float = 1.0, rescaling: float = DEFAULT_CCD_RESCALING,
-                 max_iterations: int = DEFAULT_CCD_MAX_ITERATIONS) -> float:
+    def max_step(
+        self,
+        x,
+        dx,
+        *,
+        min_distance: float = 0.0,
+        t_max: float = 1.0,
+        rescaling: float = DEFAULT_CCD_RESCALING,
+        max_iterations: int = DEFAULT_CCD_MAX_ITERATIONS,
+    ) -> float:
         """Largest collision-free fraction of the step ``dx`` from ``x`` (swept broad phase + ACCD)."""
         pairs = self.find_pairs(x, min_distance, dx=dx)
         return max_step(x, dx, pairs.point_triangle, pairs.edge_edge, min_distance=min_distance, t_max=t_max,
@@ -580,6 +611,48 @@ def max_step(
     return float(t_min.numpy()[0])
 
 
+def plane_max_step(
+    x,
+    dx,
+    origin,
+    normal,
+    *,
+    min_distance: float = 0.0,
+    t_max: float = 1.0,
+    rescaling: float = DEFAULT_CCD_RESCALING,
+    device=None,
+) -> float:
+    """Largest t in [0, t_max] keeping every vertex above a plane (ground, box wall) while x moves to x + t dx.
+
+    Exact for a plane: a vertex at height s above it (less ``min_distance``) moving with normal speed
+    v < 0 reaches it at s / -v; the bound is ``rescaling`` times that, as in :func:`max_step`.
+
+    Args:
+        x, dx: positions and step [m], shape (n, 3) NumPy or wp.array of wp.vec3d.
+        origin: a point of the plane [m]; normal: its normal toward the free side (normalized here).
+        min_distance, t_max, rescaling, device: as in :func:`max_step`.
+
+    Returns:
+        t (float): 0 when a vertex starts on or below the plane (less min_distance).
+    """
+    if not 0.0 < rescaling < 1.0:
+        raise ValueError(f"plane_max_step(rescaling=...) must be in (0, 1), got {rescaling}")
+    n = np.asarray(normal, dtype=np.float64).reshape(3)
+    if not np.linalg.norm(n) > 0:
+        raise ValueError(f"plane_max_step(normal=...) must be a nonzero 3-vector, got {normal}")
+    n = n / np.linalg.norm(n)
+    o = np.asarray(origin, dtype=np.float64).reshape(3)
+    if device is None and isinstance(x, wp.array):
+        device = x.device
+    device = wp.get_device(device)
+    x = _as_positions(x, "x", device)
+    dx = _as_positions(dx, "dx", device, x.shape[0])
+    t_min = wp.array([t_max], dtype=wp.float64, device=device)
+    scalars = [wp.float64(min_distance), wp.float64(t_max), wp.float64(rescaling)]
+    wp.launch(_plane_step, x.shape[0], inputs=[x, dx, wp.vec3d(*o), wp.vec3d(*n), *scalars, t_min], device=device)
+    return float(t_min.numpy()[0])
+
+
 def edge_edge_mollifier_thresholds(rest_positions, edge_edge, device=None) -> wp.array:
     """eps_x = 1e-3 |a1 - a0|^2 |b1 - b0|^2 [m^4] at rest, per edge-edge pair (for ``EdgeEdgeBarrierData``).
 
@@ -616,4 +689,5 @@ def intersecting_face_pairs(x, faces, device=None) -> np.ndarray:
     """
     if device is None and isinstance(x, wp.array):
         device = x.device
-    return ContactSearch(faces, edges=np.zeros((0, 2), np.int32), vertex_count=x.shape[0], device=device).intersecting_face_pairs(x)
+    search = ContactSearch(faces, edges=np.zeros((0, 2), np.int32), vertex_count=x.shape[0], device=device)
+    return search.intersecting_face_pairs(x)

@@ -334,7 +334,9 @@ class Problem:
         while _MODULE_OWNERS.setdefault(name, id(term.energy)) != id(term.energy):
             i += 1
             name = f"{base}_{i}"
-        return wp.get_module(name)
+        module = wp.get_module(name)
+        module.options["enable_backward"] = False  # forward-mode only: no adjoints of the energy (faster compiles)
+        return module
 
     def _instance(self, term: _Term, mode: str, module):
         plain = mode in ("probe", "energy", "residual")
