@@ -438,3 +438,10 @@ def test_energy_may_use_warp_builtin_spellings(device):
     np.testing.assert_allclose(f, np.sum(0.5 * (l - 1.0) ** 2), rtol=1e-12)
     fd = central_gradient(lambda y: p.eval(wp.array(y, dtype=wp.vec3d, device=device)), x)
     np.testing.assert_allclose(g.numpy().ravel(), fd, rtol=1e-6, atol=1e-7)
+
+
+def test_term_name_with_any_characters(device):
+    p = wm.Problem(3, 3, device=device)
+    p.add_term(np.array([[0, 1], [1, 2]]), spring, make_data(device, 2), name="my spring term #1")
+    x = wp.array(np.eye(3), dtype=wp.vec3d, device=device)
+    np.testing.assert_allclose(p.eval(x), 0.5 * 2.0 * 2.0)  # two springs of length sqrt(2), rest 0, k = 1

@@ -220,10 +220,9 @@ def _compile(fdef, scope, ns, module, orig, arg_types, stack, cache_key, scalar)
 class EnergyInfo:
     """Signature facts of a user energy: argument count and whether it takes a data struct."""
 
-    def __init__(self, name: str, arg_names: list[str], annotations: dict):
+    def __init__(self, name: str, arg_names: list[str]):
         self.name = name
         self.arg_names = arg_names
-        self.annotations = annotations
 
 
 def describe_energy(energy, argument: str = "energy") -> EnergyInfo:
@@ -237,7 +236,7 @@ def describe_energy(energy, argument: str = "energy") -> EnergyInfo:
             f"{argument} must be a function decorated with @wp.func, got {type(energy).__name__} {energy!r}"
         )
     spec = inspect.getfullargspec(energy.func)
-    return EnergyInfo(energy.func.__name__, list(spec.args), dict(spec.annotations))
+    return EnergyInfo(energy.func.__name__, list(spec.args))
 
 
 def instantiate(energy: wp.Function, ns, arg_types: list, module, scalar=wp.float64) -> wp.Function:

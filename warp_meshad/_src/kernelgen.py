@@ -11,6 +11,7 @@ Warp has no local arrays of structs); they are compiled with ``wp.Kernel(source=
 from __future__ import annotations
 
 import hashlib
+import re
 
 import warp as wp
 
@@ -95,7 +96,7 @@ def kernel_source(spec: KernelSpec, mode: str, name: str, deterministic: bool = 
             return f"hvals[offs[2] + e * {n * n} + {a * n + b}] = {expr}"
         return f"wp.atomic_add(hvals, slots[e, {a * n + b}], {expr})"
 
-    def block(expr_of, prefix=""):
+    def block(expr_of):
         """Constructor of a d x d block (or scalar) from h-index expressions."""
         if d == 1:
             return expr_of(0, 0)
@@ -231,6 +232,7 @@ def make_kernel(
     unrolled = unrolled and mode == "hessian_proj" and hasattr(ns, "project_psd_unrolled")
     tmp = kernel_source(spec, mode, "kernel", deterministic, unrolled)
     digest = hashlib.sha1((tmp + energy_fn.key).encode()).hexdigest()[:10]
+    label = re.sub(r"\W", "_", label)  # a user-given term name may hold any character
     name = f"wm_{label}_{mode}{'_det' if deterministic else ''}{'_unrolled' if unrolled else ''}_{digest}"
     src = kernel_source(spec, mode, name, deterministic, unrolled)
     code = compile(src, f"<warp_meshad kernel {name}>", "exec", dont_inherit=True)

@@ -363,7 +363,7 @@ class Problem:
             if hit is None:
                 module = self._module(term, mode + ("_det" if det else "") + ("_unrolled" if unrolled else ""))
                 fn, ns = self._instance(term, mode, module)
-                kern = make_kernel(term.spec, mode, fn, ns, term.data_type, term.info.name, det, unrolled)
+                kern = make_kernel(term.spec, mode, fn, ns, term.data_type, term.label, det, unrolled)
                 hit = (kern, term.energy)
                 _KERNELS[key] = hit  # holding the energy keeps its id from being reused
             kern = hit[0]
