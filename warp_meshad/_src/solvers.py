@@ -281,7 +281,11 @@ class _Driver:
         for it in range(int(max_iterations) + 1):
             t0 = _now()
             try:
-                f_eval, g = self._derivatives(xk)
+                if it == int(max_iterations) and it > 0:
+                    # past the cap only the gradient norm is reported: no Hessian for a step never taken
+                    f_eval, g = _Driver._derivatives(self, xk)
+                else:
+                    f_eval, g = self._derivatives(xk)
             except _StopSolve as stop:
                 times["derivatives"] += (_now() - t0) * 1000.0
                 result.reason = stop.reason

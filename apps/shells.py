@@ -1,0 +1,435 @@
+"""Elastic shells with IPC contact: copies of a closed mesh (Spot) fall onto a ground plane and onto each other.
+
+Run: ``warp-meshad run configs/shells/spot_drop.yaml`` (``--test`` for the small size); the ~700-Spot
+``configs/shells/spot_pile.yaml`` is GPU-sized.
+
+Each time step h minimizes, over all vertex positions x (float64, variable_dim 3),
+
+    E(x) = sum_i m_i / (2 h^2) |x_i - x~_i|^2 - sum_i m_i g . x_i       (inertia + gravity, per vertex)
+         + sum_f t A_f psi_NH(F_f)                                      (Neo-Hookean membrane, per face)
+         + sum_e k_b w_e (theta_e - theta_e^rest)^2                     (discrete shells bending, per interior edge)
+         + sum_i kappa b(s_i^2)                                         (ground plane barrier, per vertex)
+         + sum_pt kappa b(d_pt^2) + sum_ee kappa m_ee b(d_ee^2)         (IPC barriers: interaction terms)
+
+with x~ = x^n + h v^n, then v^{n+1} = (x^{n+1} - x^n) / h. Masses are lumped (density x thickness x a third of the
+incident rest areas).
+
+The contact pairs change at run time, so the step runs its own projected Newton loop:
+
+1. contact detection: point-triangle and edge-edge pairs closer than d_hat (``ContactSearch.find_pairs``) become the
+   elements of the two interaction terms (``Problem.set_interaction_elements``);
+2. derivatives + assembly: ``Problem.eval_with_hessian_proj`` (per-element PSD projection);
+3. linear solve: ``H d = -g`` with ``wm.make_linear_solver(config.linear_solver)``;
+4. line search: the step is bounded by continuous collision detection, t_max = min(ACCD over the pairs of the swept
+   broad phase, exact plane bound), then Armijo backtracking on the energy evaluated with the pairs of the swept broad
+   phase inflated by d_hat (a superset of every pair within d_hat along the step, so the energy is exact); +inf is
+   rejected.
+
+Newton stops when the step's infinity norm divided by h falls below ``tolerance`` [m/s] (the IPC criterion).
+
+Choice of kappa (``contact_stiffness: null``): kappa = Y t / d_hat^2 [J/m^4]. The barrier's stiffness along the
+distance s is d^2 (kappa b(s^2)) / ds^2 ~ kappa d_hat^2 x O(1) [N/m] at s ~ d_hat / 2, so this makes it comparable to
+the membrane's stretching stiffness Y t [N/m] (Young's modulus x thickness); the same kappa serves the ground barrier.
+d_hat defaults to 1e-3 x the bounding-box diagonal of one (scaled) Spot: a larger d_hat inflates the pair count.
+
+Per step, the record holds ``phase_ms`` (contact detection, derivatives+assembly, linear solve, line search, in ms)
+and ``intersections`` (pairs of non-adjacent faces that intersect after the step, exact test; must be 0).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import numpy as np
+import warp as wp
+
+import warp_meshad as wm
+from warp_meshad._src.app import App as _AppBase
+from warp_meshad._src.app import AppConfig
+from warp_meshad._src.contact import ContactSearch, edge_edge_mollifier_thresholds, max_step, plane_max_step
+from warp_meshad._src.mesh import TriMesh
+from warp_meshad.kernels.energies import (
+    BarrierData,
+    DiscreteShellsBendingData,
+    EdgeEdgeBarrierData,
+    GroundPlaneData,
+    NeoHookeanMembraneData,
+    discrete_shells_bending,
+    discrete_shells_rest_state,
+    edge_edge_barrier,
+    ground_plane_barrier,
+    neo_hookean_membrane,
+    point_triangle_barrier,
+)
+from warp_meshad.kernels.energies.backward_euler import InertiaGravityData, inertia_gravity
+
+__all__ = ["App", "ShellsConfig"]
+
+PHASES = ("contact_detection", "derivatives_assembly", "linear_solve", "line_search")
+
+
+@dataclass
+class ShellsConfig(AppConfig):
+    """Config of the shells app (fields beyond :class:`AppConfig`; ``mesh`` is the object instanced on the grid).
+
+    Attributes:
+        dtype: only ``"float64"`` (the contact kernels are float64).
+        solver: only ``"newton"`` (projected Newton with contact, see the module docstring).
+        layout: copies along x, layers along y (up), copies along z: ``count = product``.
+        size: each copy is scaled so its largest bounding-box extent is this [m].
+        gap: space between neighbouring copies' bounding boxes [m].
+        height: gap between the lowest copy and the ground [m].
+        ground_height: y of the ground plane [m] (normal +y).
+        time_step: h [s].
+        tolerance: Newton stops when max |step| / h < tolerance [m/s].
+        density: shell material density [kg/m^3]; mass = density x thickness x area.
+        thickness: shell thickness t [m].
+        young: Young's modulus Y [Pa]; poisson: Poisson's ratio nu.
+        bending_stiffness: k_b of the discrete shells bending [J].
+        dhat_ratio: d_hat = dhat_ratio x the bounding-box diagonal of one copy.
+        contact_stiffness: kappa [J/m^4]; null: Y t / d_hat^2 (see the module docstring).
+        gravity: acceleration of gravity [m/s^2].
+        max_line_search_tries: Armijo backtracking cap (shrink 0.5).
+    """
+
+    app: str = "shells"
+    dtype: Literal["float64"] = "float64"
+    solver: Literal["newton"] = "newton"
+    steps: int = 20
+    iterations: int = 50
+    tolerance: float = 1e-3
+    layout: tuple[int, int, int] = (2, 1, 1)
+    size: float = 0.2
+    gap: float = 0.01
+    height: float = 0.005
+    ground_height: float = 0.0
+    time_step: float = 0.01
+    density: float = 1000.0
+    thickness: float = 1e-3
+    young: float = 1e6
+    poisson: float = 0.3
+    bending_stiffness: float = 1e-3
+    dhat_ratio: float = 1e-3
+    contact_stiffness: Optional[float] = None
+    gravity: tuple[float, float, float] = (0.0, -9.81, 0.0)
+    max_line_search_tries: int = 60
+
+    def validate(self):
+        errors = super().validate()
+        for key in ("size", "time_step", "density", "thickness", "young", "dhat_ratio"):
+            if not getattr(self, key) > 0.0:
+                errors.append((key, f"expected a number > 0, got {getattr(self, key)}"))
+        for key in ("gap", "height", "bending_stiffness"):
+            if not getattr(self, key) >= 0.0:
+                errors.append((key, f"expected a number >= 0, got {getattr(self, key)}"))
+        if not -1.0 < self.poisson < 0.5:
+            errors.append(("poisson", f"expected a number in (-1, 0.5), got {self.poisson}"))
+        if any(k < 1 for k in self.layout):
+            errors.append(("layout", f"expected three ints >= 1, got {list(self.layout)}"))
+        if self.contact_stiffness is not None and not self.contact_stiffness > 0.0:
+            errors.append(("contact_stiffness", f"expected a number > 0 or null, got {self.contact_stiffness}"))
+        return errors
+
+
+@wp.kernel(enable_backward=False)
+def _predict(x: wp.array(dtype=wp.vec3d), v: wp.array(dtype=wp.vec3d), h: wp.float64, target: wp.array(dtype=wp.vec3d)):
+    i = wp.tid()
+    target[i] = x[i] + h * v[i]
+
+
+@wp.kernel(enable_backward=False)
+def _axpy(x: wp.array(dtype=wp.vec3d), d: wp.array(dtype=wp.vec3d), a: wp.float64, out: wp.array(dtype=wp.vec3d)):
+    i = wp.tid()
+    out[i] = x[i] + a * d[i]
+
+
+@wp.kernel(enable_backward=False)
+def _neg(g: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.vec3d)):
+    i = wp.tid()
+    out[i] = -g[i]
+
+
+def _instances(single: TriMesh, c: ShellsConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(positions, faces, object id per vertex) of the copies on the grid, the lowest at ``height`` above ground."""
+    v = np.asarray(single.vertices, dtype=np.float64)
+    lo, hi = v.min(axis=0), v.max(axis=0)
+    v = (v - 0.5 * (lo + hi)) * (c.size / float((hi - lo).max()))
+    ext = v.max(axis=0) - v.min(axis=0)
+    nx, ny, nz = c.layout
+    xs, faces, ids = [], [], []
+    n = single.vertex_count
+    k = 0
+    for j in range(ny):
+        for i in range(nx):
+            for m in range(nz):
+                offset = np.array([
+                    (i - 0.5 * (nx - 1)) * (ext[0] + c.gap),
+                    c.ground_height + c.height + 0.5 * ext[1] + j * (ext[1] + c.gap),
+                    (m - 0.5 * (nz - 1)) * (ext[2] + c.gap),
+                ])
+                xs.append(v + offset)
+                faces.append(single.faces + k * n)
+                ids.append(np.full(n, k, dtype=np.int32))
+                k += 1
+    return np.concatenate(xs), np.concatenate(faces).astype(np.int32), np.concatenate(ids)
+
+
+class _Result:
+    """What :meth:`App.record` reads from a solve."""
+
+    def __init__(self):
+        self.iterations = 0
+        self.energies = []
+        self.gradient_norms = []
+        self.time_ms = {}
+        self.reason = "max_iterations"
+        self.converged = False
+
+
+class App(_AppBase):
+    """The shells app: one backward Euler step with IPC contact per :meth:`step`.
+
+    Attributes (beyond :class:`~warp_meshad._src.app.App`):
+        mesh: all copies in one :class:`TriMesh` (``single`` is one copy as loaded).
+        problem: the :class:`warp_meshad.Problem` of one time step; ``pt_term`` / ``ee_term`` its interaction terms.
+        search: the :class:`ContactSearch` over all copies (self-contact and between objects).
+        x, v: positions and velocities, wp.array of vec3d; x0 the start positions (numpy); object_id per vertex.
+        d_hat, kappa: barrier activation distance [m] and stiffness [J/m^4].
+    """
+
+    name = "shells"
+    config_class = ShellsConfig
+
+    def __init__(self, config: ShellsConfig):
+        super().__init__(config)
+        c = self.config
+        dev = self.device
+        self.single = self.mesh
+        x0, faces, self.object_id = _instances(self.single, c)
+        self.mesh = TriMesh(x0, faces)
+        self.count = int(np.prod(c.layout))
+        self.x0 = x0
+        n = self.mesh.vertex_count
+        one = x0[: self.single.vertex_count]
+        self.d_hat = c.dhat_ratio * float(np.linalg.norm(one.max(axis=0) - one.min(axis=0)))
+        self.kappa = c.contact_stiffness if c.contact_stiffness is not None else c.young * c.thickness / self.d_hat**2
+
+        areas = self.mesh.face_areas()
+        vertex_area = np.bincount(faces.ravel(), weights=np.repeat(areas / 3.0, 3), minlength=n)
+        self.masses = c.density * c.thickness * vertex_area
+
+        p = wm.Problem(n, 3, wp.float64, dev)
+        self.x = wp.array(x0, dtype=wp.vec3d, device=dev)
+        self.v = wp.zeros(n, dtype=wp.vec3d, device=dev)
+        inertia = InertiaGravityData()
+        inertia.mass = wp.array(self.masses, dtype=wp.float64, device=dev)
+        inertia.target = wp.clone(self.x)
+        inertia.gravity = wp.vec3d(*c.gravity)
+        inertia.inv_h2 = wp.float64(1.0 / c.time_step**2)
+        self.inertia = inertia
+        p.add_term(self.mesh.vertex_indices, inertia_gravity, inertia, name="inertia_gravity")
+
+        mem = NeoHookeanMembraneData()
+        mem.rest_inverse = wp.array(self.mesh.face_rest_frame_inverses(), dtype=wp.mat22d, device=dev)
+        mem.area = wp.array(areas, dtype=wp.float64, device=dev)
+        mu = c.young / (2.0 * (1.0 + c.poisson))
+        mem.mu = wp.float64(mu)
+        mem.lam = wp.float64(c.young * c.poisson / ((1.0 + c.poisson) * (1.0 - 2.0 * c.poisson)))
+        mem.thickness = wp.float64(c.thickness)
+        p.add_term(faces, neo_hookean_membrane, mem, name="membrane")
+
+        diamonds = self.mesh.edge_diamonds
+        if c.bending_stiffness > 0.0 and len(diamonds):
+            angle, weight = discrete_shells_rest_state(x0, diamonds)
+            bend = DiscreteShellsBendingData()
+            bend.rest_angle = wp.array(angle, dtype=wp.float64, device=dev)
+            bend.weight = wp.array(weight, dtype=wp.float64, device=dev)
+            bend.stiffness = wp.float64(c.bending_stiffness)
+            p.add_term(diamonds, discrete_shells_bending, bend, name="bending")
+
+        self.ground_origin = np.array([0.0, c.ground_height, 0.0])
+        self.ground_normal = np.array([0.0, 1.0, 0.0])
+        ground = GroundPlaneData()
+        ground.origin = wp.vec3d(*self.ground_origin)
+        ground.normal = wp.vec3d(*self.ground_normal)
+        ground.activation_distance = wp.float64(self.d_hat)
+        ground.stiffness = wp.float64(self.kappa)
+        p.add_term(self.mesh.vertex_indices, ground_plane_barrier, ground, name="ground")
+
+        pt = BarrierData()
+        pt.activation_distance = wp.float64(self.d_hat)
+        pt.stiffness = wp.float64(self.kappa)
+        self.pt_term = p.add_interaction_term(point_triangle_barrier, 4, pt, capacity=1024, name="point_triangle")
+        ee = EdgeEdgeBarrierData()
+        ee.activation_distance = wp.float64(self.d_hat)
+        ee.stiffness = wp.float64(self.kappa)
+        ee.mollifier_threshold = wp.zeros(1, dtype=wp.float64, device=dev)
+        self.ee_data = ee
+        self.ee_term = p.add_interaction_term(edge_edge_barrier, 4, ee, capacity=1024, name="edge_edge")
+        self.problem = p
+        self.rest = wp.array(x0, dtype=wp.vec3d, device=dev)
+        self.search = ContactSearch(faces, self.mesh.edges, vertex_count=n, device=dev)
+        self.linear_solver = wm.make_linear_solver(c.linear_solver, device=dev)
+        self.pair_counts: list[tuple[int, int]] = []
+        self._pairs_key = None
+
+    # -------------------------------------------------------------------------------- contact
+
+    def _set_pairs(self, pairs) -> tuple[int, int]:
+        """Make ``pairs`` the elements of the interaction terms (skipped when unchanged: no pattern rebuild)."""
+        pt, ee = pairs.point_triangle, pairs.edge_edge
+        key = (pt.numpy().tobytes(), ee.numpy().tobytes())
+        if key != self._pairs_key:
+            self._pairs_key = key
+            self.problem.set_interaction_elements(self.pt_term, pt)
+            self.ee_data.mollifier_threshold = (edge_edge_mollifier_thresholds(self.rest, ee, device=self.device)
+                                                if ee.shape[0] else wp.zeros(1, dtype=wp.float64, device=self.device))
+            self.problem.set_interaction_elements(self.ee_term, ee)
+        return int(pt.shape[0]), int(ee.shape[0])
+
+    def _sync(self):
+        wp.synchronize_device(self.device)
+
+    # -------------------------------------------------------------------------------- time step
+
+    def step(self) -> dict:
+        c = self.config
+        dev = self.device
+        n = self.mesh.vertex_count
+        h = c.time_step
+        wp.launch(_predict, dim=n, inputs=[self.x, self.v, wp.float64(h), self.inertia.target], device=dev)
+        x = wp.clone(self.x)
+        x_try = wp.zeros_like(x)
+        rhs = wp.zeros_like(x)
+        d = wp.zeros_like(x)
+        ms = {k: 0.0 for k in PHASES}
+        res = _Result()
+        t_start = time.perf_counter()
+        max_pairs = (0, 0)
+
+        def clock(key, t0):
+            self._sync()
+            ms[key] += 1e3 * (time.perf_counter() - t0)
+            return time.perf_counter()
+
+        for it in range(c.iterations + 1):
+            t = time.perf_counter()
+            counts = self._set_pairs(self.search.find_pairs(x, self.d_hat))
+            max_pairs = max(max_pairs, counts)
+            t = clock("contact_detection", t)
+            f, g, H = self.problem.eval_with_hessian_proj(x)
+            t = clock("derivatives_assembly", t)
+            gnp = g.numpy()
+            res.energies.append(float(f))
+            res.gradient_norms.append(float(np.linalg.norm(gnp)))
+            if not math.isfinite(f):
+                res.reason = "non_finite_energy"
+                break
+            if it == c.iterations:
+                break
+            wp.launch(_neg, dim=n, inputs=[g, rhs], device=dev)
+            d.zero_()
+            self.linear_solver.solve(H, rhs, d)
+            t = clock("linear_solve", t)
+            dnp = d.numpy()
+            if not np.all(np.isfinite(dnp)):
+                res.reason = "linear_solve_failed"
+                break
+            if np.abs(dnp).max() / h < c.tolerance:
+                res.reason, res.converged = "newton_step", True
+                break
+            slope = float(np.sum(gnp * dnp))
+            if slope >= 0.0:  # not a descent direction (should not happen with the PSD projection)
+                dnp = -gnp
+                d = wp.array(dnp, dtype=wp.vec3d, device=dev)
+                slope = -float(np.sum(gnp * gnp))
+            # CCD step bound: swept broad phase (inflated by d_hat, so the same pairs serve the energy), ACCD, plane
+            swept = self.search.find_pairs(x, self.d_hat, dx=d)
+            bound = max_step(x, d, swept.point_triangle, swept.edge_edge, device=dev)
+            bound = min(bound, plane_max_step(x, d, self.ground_origin, self.ground_normal, device=dev))
+            self._set_pairs(swept)
+            alpha = min(1.0, bound)
+            accepted = False
+            for _ in range(c.max_line_search_tries):
+                if alpha <= 0.0:
+                    break
+                wp.launch(_axpy, dim=n, inputs=[x, d, wp.float64(alpha), x_try], device=dev)
+                f_try = self.problem.eval(x_try)
+                if math.isfinite(f_try) and f_try <= f + 1e-4 * alpha * slope:
+                    accepted = True
+                    break
+                alpha *= 0.5
+            t = clock("line_search", t)
+            res.iterations += 1
+            if not accepted:
+                res.reason = "line_search_failed"
+                break
+            x, x_try = x_try, x
+        ms_total = 1e3 * (time.perf_counter() - t_start)
+
+        # velocity, positions, then the exact intersection test over all non-adjacent face pairs
+        vnp = (x.numpy() - self.x.numpy()) / h
+        self.v = wp.array(vnp, dtype=wp.vec3d, device=dev)
+        wp.copy(self.x, x)
+        inter = self.search.intersecting_face_pairs(self.x)
+        res.time_ms = {**ms, "total": ms_total}
+        self.pair_counts.append(max_pairs)
+        return self.record(res, time=(self.steps_done + 1) * h, phase_ms=dict(ms),
+                           intersections=int(inter.shape[0]), point_triangle_pairs=max_pairs[0],
+                           edge_edge_pairs=max_pairs[1])
+
+    # -------------------------------------------------------------------------------- outputs and checks
+
+    def positions(self) -> np.ndarray:
+        return self.x.numpy().astype(np.float64)
+
+    def heights(self, x=None) -> np.ndarray:
+        x = self.positions() if x is None else x
+        return (x - self.ground_origin) @ self.ground_normal
+
+    def quantities(self) -> dict:
+        return {
+            "object": ("vertices", self.object_id.astype(np.float64)),
+            "speed": ("vertices", np.linalg.norm(self.v.numpy(), axis=1)),
+        }
+
+    def check_final(self) -> None:
+        """Base checks (finite positions and energies, no step raised its energy), plus: no Newton solve stopped on a
+        non-finite energy, no intersecting non-adjacent face pair after any step, every vertex above the ground, and
+        every object's centroid lower than at the start."""
+        super().check_final()
+        for rec in self.history:
+            assert rec["reason"] not in ("non_finite_energy", "linear_solve_failed"), (
+                f"shells: step {rec['step']}: solve stopped with {rec['reason']}")
+            assert rec["intersections"] == 0, (
+                f"shells: step {rec['step']}: {rec['intersections']} intersecting face pairs")
+        inter = self.search.intersecting_face_pairs(self.x)
+        assert inter.shape[0] == 0, f"shells: {inter.shape[0]} intersecting face pairs at the end"
+        x = self.positions()
+        s = self.heights(x)
+        assert s.min() > 0.0, f"shells: vertex {int(s.argmin())} is {-s.min():.3e} m below the ground"
+        if self.steps_done > 0:
+            h0 = np.bincount(self.object_id, weights=self.heights(self.x0)) / np.bincount(self.object_id)
+            h1 = np.bincount(self.object_id, weights=s) / np.bincount(self.object_id)
+            drop = h0 - h1
+            assert drop.min() > 0.0, f"shells: object {int(drop.argmin())} did not fall (moved {-drop.min():.3e} m up)"
+
+    def extra_metrics(self) -> dict:
+        phases = {k: sum(r["phase_ms"][k] for r in self.history) for k in PHASES}
+        total = sum(phases.values())
+        return {
+            "objects": self.count,
+            "d_hat": self.d_hat,
+            "kappa": self.kappa,
+            "phase_ms": phases,
+            "phase_fraction": {k: (v / total if total > 0 else 0.0) for k, v in phases.items()},
+            "phase_ms_per_step": [r["phase_ms"] for r in self.history],
+            "intersections_per_step": [r["intersections"] for r in self.history],
+            "min_ground_distance": float(self.heights().min()),
+            "max_point_triangle_pairs": max((p[0] for p in self.pair_counts), default=0),
+            "max_edge_edge_pairs": max((p[1] for p in self.pair_counts), default=0),
+            "linear_solver": getattr(self.linear_solver, "name", None),
+        }
