@@ -132,9 +132,10 @@ class Problem:
         self.deterministic = bool(deterministic)
         self._det = None
         self._layout = None
-        # per-element PSD projection with literal indices (registers) on GPUs; the CPU keeps the
-        # compact loop version (the unrolled one takes long to compile there)
-        self.unrolled_projection = self.device.is_cuda
+        # per-element PSD projection with literal indices (registers instead of local memory): None picks
+        # it on GPUs for k <= 12 and on the CPU for k <= 6 (larger ones take long to compile there);
+        # True / False force it (up to k = 12)
+        self.unrolled_projection = None
 
     # ------------------------------------------------------------------------------------------
     # terms
@@ -357,7 +358,7 @@ class Problem:
         kern = term.kernels.get(mode)
         if kern is None:
             det = self.deterministic and mode not in ("residual", "jacobian")
-            unrolled = self.unrolled_projection and mode == "hessian_proj"
+            unrolled = mode == "hessian_proj" and self._unrolled(term.spec.k)
             key = (id(term.energy), mode, det, unrolled, term.spec.signature(), term.data_type.key if term.data_type else "")
             hit = _KERNELS.get(key)
             if hit is None:
@@ -369,6 +370,11 @@ class Problem:
             kern = hit[0]
             term.kernels[mode] = kern
         return kern
+
+    def _unrolled(self, k: int) -> bool:
+        if self.unrolled_projection is not None:
+            return bool(self.unrolled_projection) and k <= 12
+        return k <= (12 if self.device.is_cuda else 6)
 
     def _probe_return_type(self, term: _Term, what: str, argname: str):
         """Generate code (no compilation) for a kernel that calls the energy once; read its return type."""
