@@ -97,7 +97,7 @@ def test_check_final_catches_broken_results(runs):
         # two copies pushed into each other: the exact test finds intersections
         shifted = app.x0.copy()
         upper = app.object_id == 1
-        shifted[upper] -= np.array([0.0, 0.05, 0.0])
+        shifted[upper] -= np.array([0.0, 0.1, 0.0])  # half a Spot height into the lower one
         assert app.search.intersecting_face_pairs(wp.array(shifted, dtype=wp.vec3d)).shape[0] > 0
     finally:
         app.x = wp.array(x, dtype=wp.vec3d)
