@@ -699,27 +699,16 @@ def _psd_unrolled(out: _Src, k: int):
                 "            c = S(1.0) / wp.sqrt(t * t + S(1.0))",
                 "            s = t * c",
             ]
-            for r in range(k):
-                lines += [
-                    f"            x0 = a[{r}, {p}]",
-                    f"            x1 = a[{r}, {q}]",
-                    f"            a[{r}, {p}] = c * x0 - s * x1",
-                    f"            a[{r}, {q}] = s * x0 + c * x1",
-                ]
-            for r in range(k):
-                lines += [
-                    f"            x0 = a[{p}, {r}]",
-                    f"            x1 = a[{q}, {r}]",
-                    f"            a[{p}, {r}] = c * x0 - s * x1",
-                    f"            a[{q}, {r}] = s * x0 + c * x1",
-                ]
-            for r in range(k):
-                lines += [
-                    f"            x0 = v[{r}, {p}]",
-                    f"            x1 = v[{r}, {q}]",
-                    f"            v[{r}, {p}] = c * x0 - s * x1",
-                    f"            v[{r}, {q}] = s * x0 + c * x1",
-                ]
+            # the rotation applied to columns p, q of a, to rows p, q of a, then to columns p, q of v
+            for m, first, second in (("a", "{r}, {p}", "{r}, {q}"), ("a", "{p}, {r}", "{q}, {r}"), ("v", "{r}, {p}", "{r}, {q}")):
+                for r in range(k):
+                    i0, i1 = first.format(r=r, p=p, q=q), second.format(r=r, p=p, q=q)
+                    lines += [
+                        f"            x0 = {m}[{i0}]",
+                        f"            x1 = {m}[{i1}]",
+                        f"            {m}[{i0}] = c * x0 - s * x1",
+                        f"            {m}[{i1}] = s * x0 + c * x1",
+                    ]
     lines += ["    res = matK()"]
     for m in range(k):
         lines += [

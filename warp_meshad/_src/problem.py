@@ -414,13 +414,17 @@ class Problem:
         for t, s in zip(self.terms, pat.slots):
             t.slots = wp.array(s, dtype=wp.int32, device=self.device)
         n = self.variable_count
-        H = wps.bsr_zeros(n, n, self.block_type, device=self.device)
-        H.offsets = wp.array(pat.offsets, dtype=wp.int32, device=self.device)
-        H.columns = wp.array(pat.columns, dtype=wp.int32, device=self.device)
-        H.values = wp.zeros(pat.nnz, dtype=self.block_type, device=self.device)
-        H.notify_nnz_changed(pat.nnz)
-        self._hess = H
+        self._hess = self._bsr(n, n, self.block_type, pat)
         self._pattern = pat
+
+    def _bsr(self, nrow: int, ncol: int, block_type, pat):
+        """Zero BSR matrix with the structure of ``pat`` (offsets, columns) on this problem's device."""
+        A = wps.bsr_zeros(nrow, ncol, block_type, device=self.device)
+        A.offsets = wp.array(pat.offsets, dtype=wp.int32, device=self.device)
+        A.columns = wp.array(pat.columns, dtype=wp.int32, device=self.device)
+        A.values = wp.zeros(pat.nnz, dtype=block_type, device=self.device)
+        A.notify_nnz_changed(pat.nnz)
+        return A
 
     def _ensure_jacobian_pattern(self):
         if self._jpattern is not None:
@@ -434,12 +438,7 @@ class Problem:
             t.row_start = int(start)
         d = self.variable_dim
         jblock = self.dtype if d == 1 else wp.types.matrix(shape=(1, d), dtype=self.dtype)
-        J = wps.bsr_zeros(pat.row_count, self.variable_count, jblock, device=self.device)
-        J.offsets = wp.array(pat.offsets, dtype=wp.int32, device=self.device)
-        J.columns = wp.array(pat.columns, dtype=wp.int32, device=self.device)
-        J.values = wp.zeros(pat.nnz, dtype=jblock, device=self.device)
-        J.notify_nnz_changed(pat.nnz)
-        self._jac = J
+        self._jac = self._bsr(pat.row_count, self.variable_count, jblock, pat)
         self._res = wp.zeros(pat.row_count, dtype=self.dtype, device=self.device)
         self._jpattern = pat
 
