@@ -53,22 +53,39 @@ def _components(expr: str, rdim: int) -> list[str]:
     return [f"{expr}.{_XYZW[c]}" for c in range(rdim)]
 
 
-def kernel_source(spec: KernelSpec, mode: str, name: str, deterministic: bool = False, unrolled: bool = False) -> str:
+def kernel_source(
+    spec: KernelSpec, mode: str, name: str, deterministic: bool = False, unrolled: bool = False, tiled: bool = False
+) -> str:
     """Source text of the kernel ``name`` for ``mode`` (see :data:`MODES`).
 
     Element energies are always written to their own slots of a buffer (offset ``offs[0]`` of the
     term), summed afterwards. With ``deterministic``, nothing is accumulated with float atomics: each
     element also writes its gradient and Hessian blocks to its own places of contribution buffers
     (offsets ``offs[1]``, ``offs[2]``), summed later in a fixed order.
+
+    With ``tiled`` (modes ``hessian`` and ``hessian_proj``; launched with ``wp.launch_tiled``, one
+    thread block per patch of consecutive block rows, see :mod:`warp_meshad._src.tiled`), a block
+    evaluates every element touching its rows (``patch_entries``), adds the blocks that fall in its
+    rows into a shared-memory tile of ``_CAP`` blocks and then writes the patch's contiguous range
+    of BSR values out with coalesced stores (``accumulate`` adds to what is there instead). An
+    element shared by several patches is evaluated once per patch; each patch keeps only its rows,
+    so no global float atomics touch the Hessian. The element's energy is kept by the patch owning
+    its first variable's row, gradient entries by the patch owning their row.
     """
     n, d, k = spec.valence, spec.dim, spec.k
     res = spec.residual_dim > 0
+    tiled = tiled and mode in ("hessian", "hessian_proj") and not deterministic
     args = ["elements: wp.array2d(dtype=wp.int32)", "x: wp.array(dtype=_VarT)"]
     if spec.has_data:
         args.append("data: _DataT")
     args.append("weight: _S")
     call_data = ", data" if spec.has_data else ""
     body = ["e = wp.tid()"]
+    if tiled:
+        body = [
+            "e = patch_entries[wp.where(q < q_end, q, q_start)]",
+            "valid = q < q_end",
+        ]
     for a in range(n):
         body.append(f"i{a} = elements[e, {a}]")
     if mode in ("probe", "energy", "residual"):
@@ -84,14 +101,24 @@ def kernel_source(spec: KernelSpec, mode: str, name: str, deterministic: bool = 
     def scatter_energy(expr):
         # element energies go to their own slots (summed afterwards by a block reduction): a float
         # atomic on one address from every thread serializes the whole launch
+        if tiled:
+            return f"if valid and slots[e, 0] >= pb and slots[e, 0] < pe:\n    energy_out[offs[0] + e] = {expr}"
         return f"energy_out[offs[0] + e] = {expr}"
 
     def scatter_vec(arr, a, expr):
+        if tiled:
+            s = f"slots[e, {a * n + a}]"
+            return f"if valid and {s} >= pb and {s} < pe:\n    wp.atomic_add({arr}, i{a}, {expr})"
         if deterministic:
             return f"{arr}[offs[1] + e * {n} + {a}] = {expr}"
         return f"wp.atomic_add({arr}, i{a}, {expr})"
 
     def scatter_block(a, b, expr):
+        if tiled:
+            return (
+                f"s{a}_{b} = slots[e, {a * n + b}]\n"
+                f"wp.tile_scatter_add(tile, s{a}_{b} - pb, {expr}, valid and s{a}_{b} >= pb and s{a}_{b} < pe)"
+            )
         if deterministic:
             return f"hvals[offs[2] + e * {n * n} + {a * n + b}] = {expr}"
         return f"wp.atomic_add(hvals, slots[e, {a * n + b}], {expr})"
@@ -194,13 +221,52 @@ def kernel_source(spec: KernelSpec, mode: str, name: str, deterministic: bool = 
                     body.append(scatter_block(a, b, blk))
     if mode not in ("probe", "residual", "jacobian"):
         args.append("offs: wp.vec3i")
+    if tiled:
+        args += [
+            "patch_entries: wp.array(dtype=wp.int32)",
+            "patch_entry_start: wp.array(dtype=wp.int32)",
+            "patch_block_start: wp.array(dtype=wp.int32)",
+            "accumulate: int",
+        ]
+        head = [
+            "p, lane = wp.tid()",
+            "tile = wp.tile_zeros(shape=(_CAP,), dtype=_BlockT, storage='shared')",
+            "bd = wp.block_dim()",
+            "q_start = patch_entry_start[p]",
+            "q_end = patch_entry_start[p + 1]",
+            "pb = patch_block_start[p]",
+            "pe = patch_block_start[p + 1]",
+            "for rnd in range((q_end - q_start + bd - 1) // bd):",
+            "    q = q_start + rnd * bd + lane",
+        ]
+        loop = [t for s in body for t in s.split("\n")]
+        tail = [
+            "i = lane",
+            "while i < pe - pb:",
+            "    if accumulate != 0:",
+            "        hvals[pb + i] = hvals[pb + i] + tile[i]",
+            "    else:",
+            "        hvals[pb + i] = tile[i]",
+            "    i += bd",
+        ]
+        body = head + ["    " + t for t in loop] + tail
+    else:
+        body = [t for s in body for t in s.split("\n")]
     lines = [f"def {name}(" + ", ".join(args) + "):"]
     lines += ["    " + s for s in body]
     return "\n".join(lines) + "\n"
 
 
 def make_kernel(
-    spec: KernelSpec, mode: str, energy_fn, ns, data_type, label: str, deterministic: bool = False, unrolled: bool = False
+    spec: KernelSpec,
+    mode: str,
+    energy_fn,
+    ns,
+    data_type,
+    label: str,
+    deterministic: bool = False,
+    unrolled: bool = False,
+    tile_cap: int = 0,
 ):
     """Compile-ready ``wp.Kernel`` for one term and mode.
 
@@ -211,6 +277,8 @@ def make_kernel(
         ns: generated namespace (dual module for derivative modes).
         data_type: the user's data struct type, or None.
         label: readable prefix for the kernel name (the energy's name).
+        tile_cap: > 0 gives the tiled variant (see :func:`kernel_source`) with a shared tile of
+            this many blocks.
     """
     s = spec.scalar
     d, k = spec.dim, spec.k
@@ -228,13 +296,16 @@ def make_kernel(
         "_D": ns,
         "_DataT": data_type,
         "_energy": energy_fn,
+        "_CAP": int(tile_cap),
     }
     unrolled = unrolled and mode == "hessian_proj" and hasattr(ns, "project_psd_unrolled")
-    tmp = kernel_source(spec, mode, "kernel", deterministic, unrolled)
+    tiled = tile_cap > 0
+    tmp = kernel_source(spec, mode, "kernel", deterministic, unrolled, tiled) + f"# cap {tile_cap}"
     digest = hashlib.sha1((tmp + energy_fn.key).encode()).hexdigest()[:10]
     label = re.sub(r"\W", "_", label)  # a user-given term name may hold any character
-    name = f"wm_{label}_{mode}{'_det' if deterministic else ''}{'_unrolled' if unrolled else ''}_{digest}"
-    src = kernel_source(spec, mode, name, deterministic, unrolled)
+    suffix = ("_det" if deterministic else "") + ("_unrolled" if unrolled else "") + ("_tiled" if tiled else "")
+    name = f"wm_{label}_{mode}{suffix}_{digest}"
+    src = kernel_source(spec, mode, name, deterministic, unrolled, tiled)
     code = compile(src, f"<warp_meshad kernel {name}>", "exec", dont_inherit=True)
     exec(code, scope)
     pyfn = scope[name]

@@ -349,6 +349,40 @@ class TriMesh:
         faces[1::2] = np.stack([v00, v11, v01], axis=1)
         return cls(vertices, faces, source=source)
 
+    def reordered(self, order=None) -> TriMesh:
+        """The same mesh with its vertices renumbered (and faces sorted by their first new vertex).
+
+        Args:
+            order: int array (vertex_count,), a permutation: new vertex k is old vertex
+                ``order[k]``. Default: :func:`warp_meshad.locality_order` of the vertices (a Morton
+                curve), which keeps consecutive vertices close in space.
+
+        Returns:
+            A new mesh; its ``vertex_map`` gives each new vertex's index in this mesh's original
+            numbering (``self.vertex_map[order]``).
+
+        Raises:
+            MeshError: ``order`` is not a permutation of ``range(vertex_count)``.
+        """
+        from .locality import locality_order
+
+        n = self.vertex_count
+        order = locality_order(self._vertices) if order is None else np.asarray(order)
+        if order.shape != (n,) or not np.issubdtype(order.dtype, np.integer) or not np.array_equal(
+            np.sort(order), np.arange(n)
+        ):
+            raise MeshError(
+                f"{self.source}: reordered(order=...) must be a permutation of range({n}) (int array of shape ({n},)), "
+                f"got {order.dtype} array of shape {order.shape}"
+            )
+        new_index = np.empty(n, dtype=np.int64)
+        new_index[order] = np.arange(n)
+        f = new_index[self._faces]
+        f = f[np.argsort(f.min(axis=1), kind="stable")]
+        mesh = TriMesh(self._vertices[order], f, source=self.source)
+        mesh.vertex_map = _readonly(self.vertex_map[order].astype(np.int32))
+        return mesh
+
     # ------------------------------------------------------------------ output
 
     def save(self, path, uv=None) -> None:

@@ -21,10 +21,12 @@ from .energy import describe_energy, instantiate
 from .kernelgen import KernelSpec, make_kernel
 from .pattern import build_hessian_pattern, build_jacobian_pattern
 from .reduce import contribution_lists, gather_sum, ordered_total, partial_count
+from .tiled import TILE_BLOCK_DIM, build_tile_plan
 
 __all__ = ["Problem"]
 
 _PROJECTION_MODES = {"clamp": 0, "abs": 1}
+_ASSEMBLY_MODES = ("auto", "atomic", "tiled")
 _KERNELS: dict = {}  # (energy id, mode, shape, data type) -> wp.Kernel, shared by all problems
 _MODULE_OWNERS: dict = {}  # Warp module name -> id of the energy it was made for
 _NAMED_VECTORS = {
@@ -95,6 +97,13 @@ class Problem:
             to its own buffer slots and each target adds them in a fixed order, so results are
             bitwise identical run to run (the Jacobian of residual terms is exempt only where one
             element repeats a variable). Costs memory for one block per element pair.
+        assembly: how Hessians are assembled. ``"atomic"``: a thread per element adds its blocks
+            into their slots with ``atomic_add``. ``"tiled"``: a thread block per patch of
+            consecutive rows accumulates the patch's blocks in shared memory and writes them out
+            coalesced (see :mod:`warp_meshad._src.tiled`; number variables in a spatially coherent
+            order, e.g. :func:`warp_meshad.locality_order`, so patches share few elements).
+            ``"auto"``: tiled on CUDA devices, atomic on the CPU. Interaction terms, the deterministic
+            mode and Gauss-Newton Hessians always use their own assembly.
 
     Variables ``x`` are a ``wp.array`` of shape [variable_count] with dtype ``vec{variable_dim}``
     of ``dtype`` (or ``dtype`` itself when ``variable_dim == 1``), on ``device``.
@@ -103,7 +112,15 @@ class Problem:
     valid until the next evaluation of the same kind (copy them to keep them).
     """
 
-    def __init__(self, variable_count: int, variable_dim: int = 3, dtype=wp.float64, device=None, deterministic: bool = False):
+    def __init__(
+        self,
+        variable_count: int,
+        variable_dim: int = 3,
+        dtype=wp.float64,
+        device=None,
+        deterministic: bool = False,
+        assembly: str = "auto",
+    ):
         if not isinstance(variable_count, (int, np.integer)) or isinstance(variable_count, bool) or variable_count < 1:
             raise ValueError(f"Problem(variable_count=...) must be a positive int, got {variable_count!r}")
         if not isinstance(variable_dim, (int, np.integer)) or not 1 <= variable_dim <= 4:
@@ -130,6 +147,10 @@ class Problem:
         self._res = None
         self._jpattern = None
         self.deterministic = bool(deterministic)
+        if assembly not in _ASSEMBLY_MODES:
+            raise ValueError(f"Problem(assembly=...) must be one of {list(_ASSEMBLY_MODES)}, got {assembly!r}")
+        self.assembly = assembly
+        self._tiles = None  # (pattern, TilePlan or None)
         self._det = None
         self._layout = None
         # per-element PSD projection with literal indices (registers instead of local memory): None picks
@@ -354,21 +375,25 @@ class Problem:
         types = [None] + [vec_t] * term.spec.valence + ([term.data_type] if term.spec.has_data else [])
         return instantiate(term.energy, ns, types, module, self.dtype), ns
 
-    def _kernel(self, term: _Term, mode: str):
-        kern = term.kernels.get(mode)
+    def _kernel(self, term: _Term, mode: str, tile_cap: int = 0):
+        kern = term.kernels.get((mode, tile_cap))
         if kern is None:
             det = self.deterministic and mode not in ("residual", "jacobian")
             unrolled = mode == "hessian_proj" and self._unrolled(term.spec.k)
-            key = (id(term.energy), mode, det, unrolled, term.spec.signature(), term.data_type.key if term.data_type else "")
+            key = (
+                id(term.energy), mode, det, unrolled, tile_cap, term.spec.signature(),
+                term.data_type.key if term.data_type else "",
+            )  # fmt: skip
             hit = _KERNELS.get(key)
             if hit is None:
-                module = self._module(term, mode + ("_det" if det else "") + ("_unrolled" if unrolled else ""))
+                suffix = ("_det" if det else "") + ("_unrolled" if unrolled else "") + ("_tiled" if tile_cap else "")
+                module = self._module(term, mode + suffix)
                 fn, ns = self._instance(term, mode, module)
-                kern = make_kernel(term.spec, mode, fn, ns, term.data_type, term.label, det, unrolled)
+                kern = make_kernel(term.spec, mode, fn, ns, term.data_type, term.label, det, unrolled, tile_cap)
                 hit = (kern, term.energy)
                 _KERNELS[key] = hit  # holding the energy keeps its id from being reused
             kern = hit[0]
-            term.kernels[mode] = kern
+            term.kernels[(mode, tile_cap)] = kern
         return kern
 
     def _unrolled(self, k: int) -> bool:
@@ -522,17 +547,42 @@ class Problem:
         self._launch_gradient(x, "eval_with_gradient")
         return self._read_energy(), self._grad
 
+    def _tile_plan(self, mode: str):
+        """The patch plan of the tiled assembly, or None where the atomic assembly is used."""
+        if mode not in ("hessian", "hessian_proj") or self.deterministic:
+            return None
+        if self.assembly == "atomic" or (self.assembly == "auto" and not self.device.is_cuda):
+            return None
+        if any(t.dynamic for t in self.terms):
+            return None
+        if self._tiles is None or self._tiles[0] is not self._pattern:
+            plan = build_tile_plan(self._pattern.offsets, [t.elements_np for t in self.terms], self.block_type, self.device)
+            self._tiles = (self._pattern, plan)
+        return self._tiles[1]
+
+    def _launch_tiled(self, term: _Term, mode: str, plan, i: int, inputs: list):
+        kern = self._kernel(term, mode, plan.cap)
+        inputs = inputs + [plan.entries[i], plan.entry_start[i], plan.block_start, 1 if i else 0]
+        wp.launch_tiled(kern, dim=[plan.patch_count], inputs=inputs, block_dim=TILE_BLOCK_DIM, device=self.device)
+
     def _launch_hessian(self, x, fn, mode, extra=()):
         self._check_vector(x, "x", fn)
         self._ensure_pattern()
         lay = self._ensure_layout()
         self._grad.zero_()
-        self._hess.values.zero_()
+        plan = self._tile_plan(mode)
+        if plan is None:  # the tiled kernels store every block of the pattern: nothing to clear
+            self._hess.values.zero_()
         det = self._ensure_det(True) if self.deterministic else None
         g_out, h_out = (det.grad, det.hess) if det else (self._grad, self._hess.values)
-        for t in self.terms:
+        for i, t in enumerate(self.terms):
             m = mode if (mode != "gauss_newton" or t.residual) else "hessian"
             ex = list(extra) if m == "hessian_proj" else []
+            if plan is not None:
+                inputs = [t.elements, x] + ([t.data] if t.data is not None else []) + [self.dtype(t.weight)]
+                inputs += [lay.energy, g_out, *ex, t.slots, h_out, lay.offsets[t.index]]
+                self._launch_tiled(t, m, plan, i, inputs)
+                continue
             self._launch(t, m, [x, lay.energy, g_out, *ex, t.slots, h_out])
         self._total_energy()
         if det:

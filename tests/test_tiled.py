@@ -1,0 +1,127 @@
+"""Tiled (shared-memory, patch-per-block) Hessian assembly and the locality ordering."""
+
+from typing import Any
+
+import numpy as np
+import pytest
+import warp as wp
+
+import warp_meshad as wm
+from warp_meshad._src.tiled import build_tile_plan, tile_capacity
+from warp_meshad.kernels import ad
+
+
+@wp.struct
+class Springs:
+    rest: wp.array(dtype=wp.float64)
+    k: wp.float64
+
+
+@wp.func
+def spring(e: int, xa: Any, xb: Any, data: Springs):
+    l = ad.length(xa - xb)
+    return data.k * 0.5 * (l - data.rest[e]) * (l - data.rest[e])
+
+
+@wp.func
+def wavy_triangle(e: int, a: Any, b: Any, c: Any):
+    n = ad.cross(b - a, c - a)
+    return ad.log(ad.length_sq(n) + 1.0) + ad.sin(a[0] * b.y) * c.z
+
+
+def build(mesh, device, assembly):
+    data = Springs()
+    data.rest = wp.array(0.8 * mesh.edge_lengths(), dtype=wp.float64, device=device)
+    data.k = wp.float64(3.0)
+    p = wm.Problem(mesh.vertex_count, 3, device=device, assembly=assembly)
+    p.add_term(mesh.edges, spring, data)
+    p.add_term(mesh.faces, wavy_triangle, weight=0.5)
+    return p
+
+
+def positions(mesh, seed):
+    rng = np.random.default_rng(seed)
+    return mesh.vertices + 0.1 / np.sqrt(mesh.vertex_count) * rng.normal(size=mesh.vertices.shape)
+
+
+@pytest.mark.parametrize("projection", [None, "clamp"])
+def test_tiled_assembly_equals_atomic_over_many_patches(device, projection):
+    mesh = wm.TriMesh.grid(24, 20)
+    x = wp.array(positions(mesh, 0), dtype=wp.vec3d, device=device)
+    atomic, tiled = build(mesh, device, "atomic"), build(mesh, device, "tiled")
+    outs = []
+    for p in (atomic, tiled):
+        e, g, H = p.assemble_hessian(x, projection=projection)
+        outs.append((e.numpy()[0], g.numpy().copy(), wm.to_scipy(H).toarray()))
+    plan = tiled._tiles[1]
+    assert plan is not None and plan.patch_count > 3  # rows spread over several tiles
+    assert atomic._tiles is None
+    np.testing.assert_allclose(outs[1][0], outs[0][0], rtol=1e-12)
+    np.testing.assert_allclose(outs[1][1], outs[0][1], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(outs[1][2], outs[0][2], rtol=1e-11, atol=1e-11)
+    # a second evaluation overwrites (no accumulation across calls: nothing is cleared beforehand)
+    e2, g2, H2 = tiled.assemble_hessian(x, projection=projection)
+    np.testing.assert_allclose(wm.to_scipy(H2).toarray(), outs[0][2], rtol=1e-11, atol=1e-11)
+
+
+def test_tile_plan_lists_each_element_once_per_patch_of_its_rows():
+    mesh = wm.TriMesh.grid(30, 30)
+    p = build(mesh, "cpu", "tiled")
+    p._ensure_pattern()
+    plan = build_tile_plan(p._pattern.offsets, [t.elements_np for t in p.terms], p.block_type, "cpu")
+    offsets = p._pattern.offsets
+    bstart = plan.block_start.numpy()
+    assert bstart[0] == 0 and bstart[-1] == offsets[-1]
+    assert np.all(np.diff(bstart) <= tile_capacity(p.block_type)) and np.all(np.diff(bstart) > 0)
+    # row -> patch, from the block ranges (each patch is a run of whole rows)
+    row_patch = np.searchsorted(bstart, offsets[:-1], side="right") - 1
+    for t, entries, starts in zip(p.terms, plan.entries, plan.entry_start):
+        entries, starts = entries.numpy(), starts.numpy()
+        seen = set()
+        for q in range(plan.patch_count):
+            for e in entries[starts[q]:starts[q + 1]]:
+                seen.add((q, int(e)))
+        expected = {(int(row_patch[v]), e) for e, row in enumerate(t.elements_np) for v in row}
+        assert seen == expected
+        assert len(entries) == len(expected)
+
+
+def test_locality_order_and_reordered_mesh():
+    mesh = wm.TriMesh.grid(16, 16)
+    order = wm.locality_order(mesh.vertices)
+    assert sorted(order.tolist()) == list(range(mesh.vertex_count))
+    # a Morton curve on a 16 x 16 grid visits 2 x 2 cells first: (0,0), (1,0), (0,1), (1,1)
+    np.testing.assert_array_equal(order[:4], [0, 1, 16, 17])
+    r = mesh.reordered()
+    np.testing.assert_array_equal(r.vertex_map, order)
+    np.testing.assert_allclose(r.vertices, mesh.vertices[order])
+    np.testing.assert_allclose(np.sort(r.face_areas()), np.sort(mesh.face_areas()))
+    assert r.edge_count == mesh.edge_count
+    # consecutive new vertices are closer on average than consecutive grid vertices across rows
+    step = np.linalg.norm(np.diff(r.vertices, axis=0), axis=1)
+    assert np.median(step) <= np.median(np.linalg.norm(np.diff(mesh.vertices, axis=0), axis=1)) + 1e-12
+    with pytest.raises(ValueError, match=r"shape \(n, 2\) or \(n, 3\)"):
+        wm.locality_order(np.zeros((4, 5)))
+    with pytest.raises(ValueError, match="non-finite"):
+        wm.locality_order(np.array([[0.0, 1.0, np.nan]]))
+    with pytest.raises(wm.MeshError, match="permutation"):
+        mesh.reordered(np.zeros(mesh.vertex_count, dtype=int))
+
+
+def test_reordered_problem_gives_the_same_energy_and_permuted_derivatives():
+    mesh = wm.TriMesh.grid(12, 12)
+    r = mesh.reordered()
+    x = positions(mesh, 3)
+    p, q = build(mesh, "cpu", "atomic"), build(r, "cpu", "tiled")
+    f, g, H = p.eval_with_hessian(wp.array(x, dtype=wp.vec3d, device="cpu"))
+    g, Hd = g.numpy().copy(), wm.to_scipy(H).toarray()
+    fq, gq, Hq = q.eval_with_hessian(wp.array(x[r.vertex_map], dtype=wp.vec3d, device="cpu"))
+    np.testing.assert_allclose(fq, f, rtol=1e-12)
+    np.testing.assert_allclose(gq.numpy(), g[r.vertex_map], rtol=1e-10, atol=1e-12)
+    idx = (3 * r.vertex_map[:, None] + np.arange(3)).ravel()
+    np.testing.assert_allclose(wm.to_scipy(Hq).toarray(), Hd[np.ix_(idx, idx)], rtol=1e-10, atol=1e-11)
+
+
+def test_bad_assembly_option_is_refused():
+    with pytest.raises(ValueError, match=r"assembly=.*'auto', 'atomic', 'tiled'.*'shared'"):
+        wm.Problem(4, 3, assembly="shared")
