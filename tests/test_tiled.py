@@ -108,14 +108,14 @@ def test_locality_order_and_reordered_mesh():
         mesh.reordered(np.zeros(mesh.vertex_count, dtype=int))
 
 
-def test_reordered_problem_gives_the_same_energy_and_permuted_derivatives():
+def test_reordered_problem_gives_the_same_energy_and_permuted_derivatives(device):
     mesh = wm.TriMesh.grid(12, 12)
     r = mesh.reordered()
     x = positions(mesh, 3)
-    p, q = build(mesh, "cpu", "atomic"), build(r, "cpu", "tiled")
-    f, g, H = p.eval_with_hessian(wp.array(x, dtype=wp.vec3d, device="cpu"))
+    p, q = build(mesh, device, "atomic"), build(r, device, "tiled")
+    f, g, H = p.eval_with_hessian(wp.array(x, dtype=wp.vec3d, device=device))
     g, Hd = g.numpy().copy(), wm.to_scipy(H).toarray()
-    fq, gq, Hq = q.eval_with_hessian(wp.array(x[r.vertex_map], dtype=wp.vec3d, device="cpu"))
+    fq, gq, Hq = q.eval_with_hessian(wp.array(x[r.vertex_map], dtype=wp.vec3d, device=device))
     np.testing.assert_allclose(fq, f, rtol=1e-12)
     np.testing.assert_allclose(gq.numpy(), g[r.vertex_map], rtol=1e-10, atol=1e-12)
     idx = (3 * r.vertex_map[:, None] + np.arange(3)).ravel()
