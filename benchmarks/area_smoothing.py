@@ -1,0 +1,360 @@
+"""Surface-area gradient on an n x n grid surface, side by side.
+
+Run on a GPU host (writes benchmarks/results/area_smoothing.json and .png, or $BENCH_OUT):
+
+    python -m benchmarks.area_smoothing --sizes 10 100 500 1000
+    BENCH_OUT=/tmp/bench_smoke python -m benchmarks.area_smoothing --device cpu --sizes 10 --runs 3   # CPU smoke run
+
+The energy is the total area E(x) = sum_f 1/2 |(x_1 - x_0) x (x_2 - x_0)| of ``wm.TriMesh.grid(n, n)`` with a little
+z-noise (so the gradient, the mean-curvature normal, is not zero in z), float32. Every method computes the energy and
+its gradient with respect to all vertex positions:
+
+* ``warp_meshad``: ``Problem.assemble_gradient`` of the built-in ``surface_area`` energy (forward-mode duals, one
+  thread per face, atomic adds into the gradient, element energies summed by a block reduction), CUDA graph;
+* ``handwritten``: an analytic Warp kernel, one thread per face, energy to its own slot (same block reduction) and
+  ``atomic_add`` of the three vertex gradients, CUDA graph;
+* ``warp_tape``: reverse mode with ``wp.Tape`` over a Warp kernel writing each face's area to its own slot (backward
+  seeded with ones, so no single-address atomic in the forward pass), plus the same block reduction, CUDA graph;
+* ``jax``: ``jit(value_and_grad)`` of the vectorized area (``block_until_ready``, host clock);
+* ``torch``: autograd (``backward``) of the vectorized area (CUDA events).
+
+Correctness first: every method's energy and gradient are compared with ``handwritten`` (relative Frobenius error <=
+1e-4 in float32) before anything is timed. torch and jax are optional: where they do not import they are skipped with
+a message.
+
+The built-in ``surface_area`` returns float64 (its literal is ``wp.float64(0.5)``), which a float32 problem refuses;
+then :func:`surface_area_f32`, the same formula in float32, is used instead and the record says so (``energy``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import traceback
+from typing import Any
+
+import numpy as np
+import warp as wp
+
+from benchmarks.common import record, time_host, time_torch, time_warp, write
+from warp_meshad.kernels import ad
+
+NAME = "area_smoothing"
+TOLERANCE = 1e-4  # relative Frobenius error allowed between float32 methods
+ALL = ["warp_meshad", "handwritten", "warp_tape", "jax", "torch"]
+
+
+@wp.func
+def surface_area_f32(f: int, x0: Any, x1: Any, x2: Any):
+    """1/2 |(x1 - x0) x (x2 - x0)| in float32 (the built-in ``surface_area`` with a float32 literal)."""
+    return wp.float32(0.5) * ad.length(ad.cross(x1 - x0, x2 - x0))
+
+
+@wp.kernel(enable_backward=False)
+def _handwritten_area(
+    faces: wp.array2d(dtype=wp.int32),
+    x: wp.array(dtype=wp.vec3f),
+    energy: wp.array(dtype=wp.float32),
+    grad: wp.array(dtype=wp.vec3f),
+):
+    # one thread per face: analytic area (to its own slot) and its gradient, atomically added to the three vertices
+    f = wp.tid()
+    i0 = faces[f, 0]
+    i1 = faces[f, 1]
+    i2 = faces[f, 2]
+    x0 = x[i0]
+    e1 = x[i1] - x0
+    e2 = x[i2] - x0
+    c = wp.cross(e1, e2)
+    l = wp.length(c)
+    energy[f] = 0.5 * l
+    n = c * (0.5 / l)  # dA/dx1 = 1/2 e2 x n, dA/dx2 = 1/2 n x e1, dA/dx0 = -(dA/dx1 + dA/dx2)
+    g1 = wp.cross(e2, n)
+    g2 = wp.cross(n, e1)
+    wp.atomic_add(grad, i1, g1)
+    wp.atomic_add(grad, i2, g2)
+    wp.atomic_sub(grad, i0, g1 + g2)
+
+
+@wp.kernel
+def _face_area(faces: wp.array2d(dtype=wp.int32), x: wp.array(dtype=wp.vec3f), energy: wp.array(dtype=wp.float32)):
+    # one thread per face: its area to its own slot (differentiated by wp.Tape)
+    f = wp.tid()
+    x0 = x[faces[f, 0]]
+    energy[f] = 0.5 * wp.length(wp.cross(x[faces[f, 1]] - x0, x[faces[f, 2]] - x0))
+
+
+def area_energy(x, faces, sqrt):
+    """Vectorized total area (NumPy, JAX or PyTorch arrays; ``sqrt`` from the same library). No matmul, so no
+    reduced-precision (TF32) paths."""
+    x0, x1, x2 = x[faces[:, 0]], x[faces[:, 1]], x[faces[:, 2]]
+    a, b = x1 - x0, x2 - x0
+    cx = a[:, 1] * b[:, 2] - a[:, 2] * b[:, 1]
+    cy = a[:, 2] * b[:, 0] - a[:, 0] * b[:, 2]
+    cz = a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]
+    return (0.5 * sqrt(cx * cx + cy * cy + cz * cz)).sum()
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+class Case:
+    """The grid surface of one size on one device: mesh, float32 positions (numpy and Warp)."""
+
+    def __init__(self, n: int, device, seed: int = 0):
+        import warp_meshad as wm
+
+        self.n = n
+        self.device = wp.get_device(device)
+        self.mesh = wm.TriMesh.grid(n, n)
+        rng = np.random.default_rng(seed)
+        X = self.mesh.vertices.copy()
+        X[:, 2] = 0.2 / (n - 1) * rng.normal(size=self.mesh.vertex_count)  # z-noise of 0.2 grid spacings
+        self.X = X.astype(np.float32)
+        self.faces_np = self.mesh.faces.astype(np.int32)
+        self.faces = wp.array(self.faces_np, dtype=wp.int32, device=self.device)
+        self.x = wp.array(self.X, dtype=wp.vec3f, device=self.device)
+        self.vertex_count = self.mesh.vertex_count
+        self.face_count = self.mesh.face_count
+
+
+class _WarpReduce:
+    """Per-face energies summed with warp_meshad's block reduction (the same one Problem uses)."""
+
+    def __init__(self, case: Case):
+        from warp_meshad._src.reduce import partial_count
+
+        m = case.face_count
+        self.m, self.device = m, case.device
+        self.part = wp.zeros(partial_count(m, case.device), dtype=wp.float32, device=case.device)
+        self.total = wp.zeros(1, dtype=wp.float32, device=case.device)
+
+    def __call__(self, per_face):
+        from warp_meshad._src.reduce import ordered_total
+
+        ordered_total(per_face, self.m, self.part, self.total, self.device)
+
+
+# Each method: setup(case) -> (run, result, timer). ``run`` launches (or computes) energy + gradient once; ``result``
+# returns (energy float, gradient numpy (n, 3)) of the last run; ``timer(run, runs)`` returns times in ms.
+
+
+def setup_warp_meshad(case: Case):
+    import warp_meshad as wm
+    from warp_meshad.kernels.energies import surface_area
+
+    problem = wm.Problem(case.vertex_count, 3, dtype=wp.float32, device=case.device)
+    try:
+        problem.add_term(case.mesh.faces, surface_area)
+        energy_name = "surface_area"
+    except ValueError:  # the built-in returns float64: use the same formula in float32
+        problem.add_term(case.mesh.faces, surface_area_f32)
+        energy_name = "surface_area_f32 (benchmark copy)"
+    out = {}
+
+    def run():
+        out["e"], out["g"] = problem.assemble_gradient(case.x)
+
+    def result():
+        return float(out["e"].numpy()[0]), out["g"].numpy().copy()
+
+    return run, result, lambda fn, runs: time_warp(fn, case.device, runs), {"energy": energy_name}
+
+
+def setup_handwritten(case: Case):
+    e_face = wp.zeros(case.face_count, dtype=wp.float32, device=case.device)
+    g = wp.zeros(case.vertex_count, dtype=wp.vec3f, device=case.device)
+    reduce = _WarpReduce(case)
+
+    def run():
+        g.zero_()
+        wp.launch(_handwritten_area, dim=case.face_count, inputs=[case.faces, case.x, e_face, g], device=case.device)
+        reduce(e_face)
+
+    def result():
+        return float(reduce.total.numpy()[0]), g.numpy().copy()
+
+    return run, result, lambda fn, runs: time_warp(fn, case.device, runs), {}
+
+
+def setup_warp_tape(case: Case):
+    dev = case.device
+    xt = wp.array(case.X, dtype=wp.vec3f, device=dev, requires_grad=True)
+    e_face = wp.zeros(case.face_count, dtype=wp.float32, device=dev, requires_grad=True)
+    seed = wp.ones(case.face_count, dtype=wp.float32, device=dev)
+    reduce = _WarpReduce(case)
+    tape = wp.Tape()
+
+    def run():
+        tape.reset()  # clears the recorded launch and zeroes xt.grad, e_face.grad
+        with tape:
+            wp.launch(_face_area, dim=case.face_count, inputs=[case.faces, xt, e_face], device=dev)
+        tape.backward(grads={e_face: seed})
+        reduce(e_face)
+
+    def result():
+        return float(reduce.total.numpy()[0]), xt.grad.numpy().copy()
+
+    def timer(fn, runs):
+        try:
+            return time_warp(fn, dev, runs)
+        except Exception as exc:  # Tape bookkeeping that a graph cannot hold: time plain launches
+            print(f"   (warp_tape: graph capture failed ({exc}); timing plain launches)")
+            return time_warp(fn, dev, runs, graph=False)
+
+    return run, result, timer, {}
+
+
+def setup_jax(case: Case):
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
+    import jax.numpy as jnp
+
+    jdev = jax.devices("cpu")[0] if not case.device.is_cuda else jax.devices()[0]
+    if case.device.is_cuda and jdev.platform != "gpu":
+        raise _Skip(f"jax has no GPU backend (default device {jdev})")
+    x = jax.device_put(jnp.asarray(case.X), jdev)
+    faces = jax.device_put(jnp.asarray(case.faces_np), jdev)
+    fn = jax.jit(jax.value_and_grad(lambda p: area_energy(p, faces, jnp.sqrt)))
+    out = {}
+
+    def run():
+        out["r"] = jax.block_until_ready(fn(x))
+
+    def result():
+        e, g = out["r"]
+        return float(e), np.asarray(g)
+
+    return run, result, lambda f, runs: time_host(f, runs), {"jax_device": str(jdev)}
+
+
+def setup_torch(case: Case):
+    import torch
+
+    if case.device.is_cuda and not torch.cuda.is_available():
+        raise _Skip("torch has no CUDA")
+    tdev = "cuda" if case.device.is_cuda else "cpu"
+    x = torch.tensor(case.X, device=tdev, requires_grad=True)
+    faces = torch.tensor(case.faces_np.astype(np.int64), device=tdev)
+    out = {}
+
+    def run():
+        x.grad = None
+        e = area_energy(x, faces, torch.sqrt)
+        e.backward()
+        out["e"] = e
+
+    def result():
+        return float(out["e"].item()), x.grad.detach().cpu().numpy()
+
+    timer = (lambda f, runs: time_torch(f, runs)) if case.device.is_cuda else (lambda f, runs: time_host(f, runs))
+    return run, result, timer, {"torch_version": torch.__version__}
+
+
+class _Skip(Exception):
+    """A method that cannot run here (missing package or backend): reported, not an error."""
+
+
+SETUP = {
+    "warp_meshad": setup_warp_meshad,
+    "handwritten": setup_handwritten,
+    "warp_tape": setup_warp_tape,
+    "jax": setup_jax,
+    "torch": setup_torch,
+}
+
+
+def check(case: Case, methods=ALL, tolerance: float = TOLERANCE, verbose: bool = True):
+    """Run every method once and compare energy and gradient with ``handwritten`` (always run as the reference).
+
+    Returns:
+        (ready, errors): ready maps each method that runs here to (run, timer, extras); errors maps it to the relative
+        error (max of energy and gradient) against the reference. Methods that cannot run here (ImportError, no GPU
+        backend) are left out with a printed message.
+
+    Raises:
+        AssertionError: a method disagrees with the reference by more than ``tolerance``.
+    """
+    ready, results = {}, {}
+    for m in ["handwritten"] + [m for m in methods if m != "handwritten"]:
+        try:
+            run, result, timer, extras = SETUP[m](case)
+        except ImportError as exc:
+            print(f"   {m}: skipped ({exc.name or exc} not importable)")
+            continue
+        except _Skip as exc:
+            print(f"   {m}: skipped ({exc})")
+            continue
+        run()
+        if case.device.is_cuda:
+            wp.synchronize_device(case.device)
+        results[m] = result()
+        ready[m] = (run, timer, extras)
+    ref_e, ref_g = results["handwritten"]
+    errors = {}
+    for m, (e, g) in results.items():
+        errors[m] = max(rel([e], [ref_e]), rel(g, ref_g))
+        if verbose and m != "handwritten":
+            print(f"   {m} vs handwritten: energy {rel([e], [ref_e]):.2e} gradient {rel(g, ref_g):.2e}")
+    bad = {m: err for m, err in errors.items() if not err <= tolerance}
+    assert not bad, f"methods disagree with handwritten beyond {tolerance:g}: {bad}"
+    if "handwritten" not in methods:
+        ready.pop("handwritten")
+    return ready, errors
+
+
+def run_size(n, device, methods, runs, records):
+    case = Case(n, device)
+    dev = str(case.device)
+    nv = case.vertex_count
+    print(f"-- {n}x{n}: {nv} vertices, {case.face_count} faces")
+    ready, errors = check(case, methods)  # correctness of every method before anything is timed
+    for m in methods:
+        if m not in ready:
+            continue
+        run, timer, extras = ready[m]
+        try:
+            times = timer(run, runs)
+        except Exception:
+            traceback.print_exc()
+            records.append({"benchmark": NAME, "method": m, "vertex_count": nv, "dtype": "float32", "device": dev,
+                            "error": traceback.format_exc(limit=2)})
+            continue
+        r = record(NAME, m, nv, "float32", times, dev, check_rel_error=errors[m], **extras)
+        records.append(r)
+        print(f"   {m:14s} median {r['ms_median']:9.4f} ms  min {r['ms_min']:9.4f} ms")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 500, 1000])
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--methods", nargs="+", default=ALL, choices=ALL)
+    args = ap.parse_args(argv)
+    wp.config.log_level = wp.LOG_WARNING
+    wp.init()
+    device = args.device or ("cuda:0" if wp.get_cuda_device_count() else "cpu")
+    if args.runs < 20:
+        print(f"--runs {args.runs} < 20: a smoke run, not a measurement (medians of >= 20 runs are reported)")
+    if not wp.get_device(device).is_cuda and "BENCH_OUT" not in os.environ:
+        # CPU numbers must not overwrite the committed GPU results
+        os.environ["BENCH_OUT"] = os.path.join(tempfile.gettempdir(), "bench_cpu")
+        print(f"CPU run without $BENCH_OUT: writing to {os.environ['BENCH_OUT']}")
+    records = []
+    for n in args.sizes:
+        try:
+            run_size(n, device, args.methods, args.runs, records)
+        except Exception:
+            traceback.print_exc()
+            records.append({"benchmark": NAME, "vertex_count": n * n, "error": traceback.format_exc(limit=3)})
+        path = write(NAME, records)
+    print(f"wrote {len(records)} records to {path}")
+    return records
+
+
+if __name__ == "__main__":
+    main()

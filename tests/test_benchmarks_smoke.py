@@ -1,0 +1,81 @@
+"""The benchmarks' correctness checks at a tiny size (no timing): every Warp method agrees with the reference, and the
+reference with central differences in float64."""
+
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `benchmarks` is a folder of the checkout, not an installed package
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import area_smoothing, param_hvp  # noqa: E402
+
+WARP_AREA = ["warp_meshad", "handwritten", "warp_tape"]
+WARP_HVP = ["warp_meshad", "warp_meshad_assembled", "warp_meshad_assemble_spmv"]
+
+
+def test_area_smoothing_warp_methods_agree(device):
+    case = area_smoothing.Case(5, device)
+    ready, errors = area_smoothing.check(case, WARP_AREA, verbose=False)
+    assert sorted(ready) == sorted(WARP_AREA)
+    assert max(errors.values()) <= 1e-5, errors
+
+    # the reference (handwritten) against central differences of the float64 area at the same float32 positions
+    run, result, _, _ = area_smoothing.SETUP["handwritten"](case)
+    run()
+    energy, grad = result()
+    X = case.X.astype(np.float64)
+
+    def area(p):
+        return float(area_smoothing.area_energy(p, case.faces_np, np.sqrt))
+
+    np.testing.assert_allclose(energy, area(X), rtol=1e-6)
+    fd = np.zeros_like(X)
+    h = 1e-6
+    for i in range(X.shape[0]):
+        for c in range(3):
+            d = np.zeros_like(X)
+            d[i, c] = h
+            fd[i, c] = (area(X + d) - area(X - d)) / (2 * h)
+    assert np.abs(fd[:, 2]).max() > 1e-2  # the z-noise makes the gradient non-trivial out of the plane
+    np.testing.assert_allclose(grad, fd, rtol=0, atol=1e-5 * np.abs(fd).max())
+
+
+def test_param_hvp_warp_methods_agree(device):
+    case = param_hvp.Case(5, device, "float32")
+    ready, errors = param_hvp.check(case, WARP_HVP, verbose=False)
+    assert sorted(ready) == sorted(WARP_HVP)
+    assert max(errors.values()) <= 1e-5, errors
+
+    # w^T H v against a float64 central second difference of the energy, for two directions w
+    run, result, _, _ = param_hvp.SETUP["warp_meshad"](case, {})
+    run()
+    hv = result().astype(np.float64)
+    U, V = case.U.astype(np.float64), case.V.astype(np.float64)
+    rinv, area = case.rinv_np.astype(np.float64), case.area_np.astype(np.float64)
+
+    def energy(p):
+        return float(param_hvp.sd_energy(p, case.faces_np, rinv, area, np.where))
+
+    rng = np.random.default_rng(1)
+    h = 1e-4
+    for w in (V, rng.normal(size=V.shape)):
+        fd = (energy(U + h * V + h * w) - energy(U + h * V - h * w) - energy(U - h * V + h * w)
+              + energy(U - h * V - h * w)) / (4 * h * h)
+        np.testing.assert_allclose(np.sum(w * hv), fd, rtol=1e-4)
+
+
+@pytest.mark.parametrize("baseline", ["jax", "torch"])
+def test_baselines_agree_when_installed(baseline, device):
+    pytest.importorskip(baseline)
+    area_case = area_smoothing.Case(5, device)
+    _, errors = area_smoothing.check(area_case, ["handwritten", baseline], verbose=False)
+    if baseline in errors:  # left out (with a message) where the library has no backend for this device
+        assert errors[baseline] <= 1e-5
+    hvp_case = param_hvp.Case(5, device, "float32")
+    _, errors = param_hvp.check(hvp_case, ["warp_meshad", baseline], verbose=False)
+    if baseline in errors:
+        assert errors[baseline] <= 1e-5
