@@ -897,8 +897,9 @@ VEC_CASES = [
 ]
 
 
-def vector_kernel(D):
-    """k = 6 kernel: every case of VEC_CASES, in order."""
+def vector_kernel(D, part):
+    """k = 6 kernels: every case of VEC_CASES, in order, in two parts (one kernel holding all of them
+    needs more local memory per thread than a CUDA launch allows in float64)."""
     S = D.S
     add, sub, mul, div = D.add, D.sub, D.mul, D.div
 
@@ -917,81 +918,84 @@ def vector_kernel(D):
         s = sin[0]
         t = sin[1] > S(0.0)
         f = sin[1] < S(0.0)
-        i = int(0)
-        i = _put3(out, i, u)
-        i = _put3(out, i, w)
-        i = _put(out, i, D.dot(u, w))
-        i = _put(out, i, D.dot(u, p))
-        i = _put(out, i, D.dot(p, w))
-        i = _put(out, i, D.length(u))
-        i = _put(out, i, D.length_sq(u))
-        i = _put3(out, i, D.normalize(u))
-        i = _put3(out, i, D.cross(u, w))
-        i = _put3(out, i, D.cross(u, p))
-        i = _put3(out, i, D.cross(p, w))
-        i = _put33(out, i, D.outer(u, w))
-        i = _put33(out, i, D.outer(u, p))
-        i = _put33(out, i, D.outer(p, w))
-        i = _put3(out, i, add(u, w))
-        i = _put3(out, i, sub(u, w))
-        i = _put3(out, i, u + p)
-        i = _put3(out, i, p + w)
-        i = _put3(out, i, u - p)
-        i = _put3(out, i, p - w)
-        i = _put3(out, i, D._wm_neg(u))
-        i = _put3(out, i, mul(u, s))
-        i = _put3(out, i, s * u)
-        i = _put3(out, i, u * 1.5)
-        i = _put3(out, i, 1.5 * u)
-        i = _put3(out, i, div(u, s))
-        i = _put3(out, i, u / 1.5)
-        uw = D.dot(u, w)
-        i = _put3(out, i, u * uw)
-        i = _put3(out, i, uw * u)
-        i = _put3(out, i, u / D.length(w))
-        i = _put3(out, i, D.length(u) * p)
-        i = _put3(out, i, p * D.length(u))
-        i = _put(out, i, D._wm_index(u, idx[0]))
-        i = _put(out, i, D._wm_index(u, idx[1]))
-        i = _put(out, i, D._wm_index(u, idx[2]))
-        v2 = D.vec2(u.x, w.y)
-        i = _put(out, i, D._wm_index(v2, idx[1]))
-        i = _put(out, i, D._wm_index(v2, idx[0]))
-        v4 = D.vec4(u.x, u.y, u.z, w.x)
-        i = _put(out, i, D._wm_index(v4, idx[3]))
-        i = _put2(out, i, v2)
-        i = _put2(out, i, D.vec2(s, w.y))
-        i = _put3(out, i, D.vec3(u.z, w.x, u.y))
-        i = _put3(out, i, D.vec3(u.x, s, w.z))
-        i = _put4(out, i, D.vec4(u.x, u.y, w.x, s))
-        i = _put(out, i, D.length(v2))
-        i = _put(out, i, D.length_sq(v2))
-        i = _put2(out, i, D.normalize(v2))
-        v2b = D.vec2(w.x, u.z)
-        i = _put(out, i, D.dot(v2, v2b))
-        i = _put22(out, i, D.outer(v2, v2b))
-        i = _put2(out, i, v2 + wp.vector(p[0], p[1]))
-        i = _put(out, i, D.length(v4))
-        i = _put(out, i, D.length_sq(v4))
-        i = _put4(out, i, D.normalize(v4))
-        i = _put(out, i, D.dot(v4, wp.vector(p[0], p[1], p[2], s)))
-        i = _put3(out, i, D.where(t, u, w))
-        i = _put3(out, i, D.where(f, u, w))
-        i = _put3(out, i, D.select(t, u, w))
-        i = _put3(out, i, D.select(f, u, w))
-        i = _put3(out, i, D.const(p))
+        i = count[0]  # part 1 continues where part 0 stopped
+        if wp.static(part == 0):
+            i = _put3(out, i, u)
+            i = _put3(out, i, w)
+            i = _put(out, i, D.dot(u, w))
+            i = _put(out, i, D.dot(u, p))
+            i = _put(out, i, D.dot(p, w))
+            i = _put(out, i, D.length(u))
+            i = _put(out, i, D.length_sq(u))
+            i = _put3(out, i, D.normalize(u))
+            i = _put3(out, i, D.cross(u, w))
+            i = _put3(out, i, D.cross(u, p))
+            i = _put3(out, i, D.cross(p, w))
+            i = _put33(out, i, D.outer(u, w))
+            i = _put33(out, i, D.outer(u, p))
+            i = _put33(out, i, D.outer(p, w))
+            i = _put3(out, i, add(u, w))
+            i = _put3(out, i, sub(u, w))
+            i = _put3(out, i, u + p)
+            i = _put3(out, i, p + w)
+            i = _put3(out, i, u - p)
+            i = _put3(out, i, p - w)
+            i = _put3(out, i, D._wm_neg(u))
+            i = _put3(out, i, mul(u, s))
+            i = _put3(out, i, s * u)
+            i = _put3(out, i, u * 1.5)
+            i = _put3(out, i, 1.5 * u)
+            i = _put3(out, i, div(u, s))
+            i = _put3(out, i, u / 1.5)
+            uw = D.dot(u, w)
+            i = _put3(out, i, u * uw)
+            i = _put3(out, i, uw * u)
+            i = _put3(out, i, u / D.length(w))
+        if wp.static(part == 1):
+            i = _put3(out, i, D.length(u) * p)
+            i = _put3(out, i, p * D.length(u))
+            i = _put(out, i, D._wm_index(u, idx[0]))
+            i = _put(out, i, D._wm_index(u, idx[1]))
+            i = _put(out, i, D._wm_index(u, idx[2]))
+            v2 = D.vec2(u.x, w.y)
+            i = _put(out, i, D._wm_index(v2, idx[1]))
+            i = _put(out, i, D._wm_index(v2, idx[0]))
+            v4 = D.vec4(u.x, u.y, u.z, w.x)
+            i = _put(out, i, D._wm_index(v4, idx[3]))
+            i = _put2(out, i, v2)
+            i = _put2(out, i, D.vec2(s, w.y))
+            i = _put3(out, i, D.vec3(u.z, w.x, u.y))
+            i = _put3(out, i, D.vec3(u.x, s, w.z))
+            i = _put4(out, i, D.vec4(u.x, u.y, w.x, s))
+            i = _put(out, i, D.length(v2))
+            i = _put(out, i, D.length_sq(v2))
+            i = _put2(out, i, D.normalize(v2))
+            v2b = D.vec2(w.x, u.z)
+            i = _put(out, i, D.dot(v2, v2b))
+            i = _put22(out, i, D.outer(v2, v2b))
+            i = _put2(out, i, v2 + wp.vector(p[0], p[1]))
+            i = _put(out, i, D.length(v4))
+            i = _put(out, i, D.length_sq(v4))
+            i = _put4(out, i, D.normalize(v4))
+            i = _put(out, i, D.dot(v4, wp.vector(p[0], p[1], p[2], s)))
+            i = _put3(out, i, D.where(t, u, w))
+            i = _put3(out, i, D.where(f, u, w))
+            i = _put3(out, i, D.select(t, u, w))
+            i = _put3(out, i, D.select(f, u, w))
+            i = _put3(out, i, D.const(p))
         count[0] = i
         plain[0] = p
 
     return kernel
 
 
-def _run_case_kernel(make_kernel, D, dtype, cases, inputs, plain_dtype):
+def _run_case_kernel(make_kernel, D, dtype, cases, inputs, plain_dtype, parts=None):
     total = sum(c.size for c in cases)
     out = wp.zeros(total + 8, dtype=D.Dual)
     plain = wp.zeros(4, dtype=plain_dtype)
     count = wp.zeros(1, dtype=int)
-    wp.launch(make_kernel(D), dim=1, inputs=[*inputs, out, plain, count])
+    for kern in [make_kernel(D)] if parts is None else [make_kernel(D, part) for part in range(parts)]:
+        wp.launch(kern, dim=1, inputs=[*inputs, out, plain, count])
     assert int(count.numpy()[0]) == total, "the kernel wrote a different number of duals than the case list has"
     return out.numpy(), plain.numpy()
 
@@ -1010,7 +1014,7 @@ def vector_results(dtype: str, hessian: bool = True):
         wp.array([S0, 1.0], dtype=S),
         wp.array([0, 1, 2, 3], dtype=int),
     ]
-    return _run_case_kernel(vector_kernel, D, dtype, VEC_CASES, inputs, vec3)
+    return _run_case_kernel(vector_kernel, D, dtype, VEC_CASES, inputs, vec3, parts=2)
 
 
 def check_case(case: Case, out: np.ndarray, start: int, dtype: str, z: np.ndarray):
