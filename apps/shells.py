@@ -274,20 +274,17 @@ class App(_AppBase):
         self.search = ContactSearch(faces, self.mesh.edges, vertex_count=n, device=dev)
         self.linear_solver = wm.make_linear_solver(c.linear_solver, device=dev)
         self.pair_counts: list[tuple[int, int]] = []
-        self._pairs_key = None
 
     # -------------------------------------------------------------------------------- contact
 
     def _set_pairs(self, pairs) -> tuple[int, int]:
-        """Make ``pairs`` the elements of the interaction terms (skipped when unchanged: no pattern rebuild)."""
+        """Make ``pairs`` (device arrays, passed straight through) the elements of the interaction terms; the next
+        Hessian evaluation merges their blocks into the pattern on the device."""
         pt, ee = pairs.point_triangle, pairs.edge_edge
-        key = (pt.numpy().tobytes(), ee.numpy().tobytes())
-        if key != self._pairs_key:
-            self._pairs_key = key
-            self.problem.set_interaction_elements(self.pt_term, pt)
-            self.ee_data.mollifier_threshold = (edge_edge_mollifier_thresholds(self.rest, ee, device=self.device)
-                                                if ee.shape[0] else wp.zeros(1, dtype=wp.float64, device=self.device))
-            self.problem.set_interaction_elements(self.ee_term, ee)
+        self.problem.set_interaction_elements(self.pt_term, pt)
+        self.ee_data.mollifier_threshold = (edge_edge_mollifier_thresholds(self.rest, ee, device=self.device)
+                                            if ee.shape[0] else wp.zeros(1, dtype=wp.float64, device=self.device))
+        self.problem.set_interaction_elements(self.ee_term, ee)
         return int(pt.shape[0]), int(ee.shape[0])
 
     def _sync(self):

@@ -27,7 +27,7 @@ def to_scipy(A):
     if not hasattr(A, "offsets") or not hasattr(A, "values"):
         raise TypeError(f"to_scipy expects a warp.sparse.BsrMatrix, got {type(A).__name__}")
     r, c = _block_shape(A)
-    nnz = int(A.nnz)
+    nnz = int(A.nnz_sync())  # the host-side nnz may be an upper bound (a rebuilt interaction pattern)
     offsets = A.offsets.numpy()[: A.nrow + 1]
     columns = A.columns.numpy()[:nnz]
     values = A.values.numpy()[:nnz].reshape(nnz, r, c)

@@ -18,6 +18,7 @@ import warp.sparse as wps
 from warp_meshad.kernels import _dualgen
 
 from .energy import describe_energy, instantiate
+from .interaction import InteractionElements, InteractionPattern, check_interaction, set_interaction_elements
 from .kernelgen import KernelSpec, make_kernel
 from .pattern import build_hessian_pattern, build_jacobian_pattern
 from .reduce import contribution_lists, gather_sum, ordered_total, partial_count
@@ -72,12 +73,13 @@ class _Term:
         self.jslots = None
         self.row_start = 0
         self.dynamic = False
+        self.interaction = None  # an interaction term's InteractionElements (device buffer, count, version)
         self.capacity = int(elements.shape[0])
 
     @property
     def count(self) -> int:
-        """Active elements (for an interaction term, the pairs set last)."""
-        return int(self.elements_np.shape[0])
+        """Active elements (for an interaction term, the elements set last)."""
+        return self.interaction.count if self.dynamic else int(self.elements_np.shape[0])
 
     @property
     def reserved(self) -> int:
@@ -102,8 +104,9 @@ class Problem:
             consecutive rows accumulates the patch's blocks in shared memory and writes them out
             coalesced (see :mod:`warp_meshad._src.tiled`; number variables in a spatially coherent
             order, e.g. :func:`warp_meshad.locality_order`, so patches share few elements).
-            ``"auto"``: tiled on CUDA devices, atomic on the CPU. Interaction terms, the deterministic
-            mode and Gauss-Newton Hessians always use their own assembly.
+            ``"auto"``: tiled on CUDA devices when there are at least as many patches as
+            multiprocessors, else atomic (and always atomic on the CPU). Interaction terms, the
+            deterministic mode and Gauss-Newton Hessians always use the atomic assembly.
 
     Variables ``x`` are a ``wp.array`` of shape [variable_count] with dtype ``vec{variable_dim}``
     of ``dtype`` (or ``dtype`` itself when ``variable_dim == 1``), on ``device``.
@@ -205,8 +208,12 @@ class Problem:
         The term starts with no elements; :meth:`set_interaction_elements` replaces them. It takes part
         in every evaluation mode like any other term (Hessian-vector products included); each element's
         energy is accumulated, never overwritten. When more elements arrive than ``capacity``, the
-        buffers grow (doubling): no element is ever dropped. Setting new elements rebuilds the Hessian
-        pattern (the union of all terms' element pairs) before the next Hessian evaluation.
+        buffers grow (doubling): no element is ever dropped. The Hessian pattern of the other terms is
+        built once; after new elements are set, the next Hessian evaluation merges their blocks into it
+        on the device (see :mod:`warp_meshad._src.interaction`): the matrix it returns is a new one whose
+        pattern is the union of all terms' element pairs, and whose host-side ``nnz`` is exact once the
+        evaluation has read the energy back (``assemble_hessian`` leaves an upper bound: ``H.nnz_sync()``).
+        The elements have no host copy (``terms[k].elements_np`` is None).
 
         Args:
             energy: ``@wp.func`` as in :meth:`add_term`, over ``valence`` variables.
@@ -228,8 +235,9 @@ class Problem:
         term = self.terms[index]
         term.dynamic = True
         term.capacity = int(capacity)
-        term.elements_np = np.zeros((0, int(valence)), dtype=np.int32)
-        term.elements = wp.zeros((term.capacity, int(valence)), dtype=wp.int32, device=self.device)
+        term.interaction = InteractionElements(self.device, int(valence), term.capacity)
+        term.elements_np = None
+        term.elements = term.interaction.buffer
         self._layout = None
         return index
 
@@ -238,29 +246,16 @@ class Problem:
 
         Args:
             term: index returned by :meth:`add_interaction_term`.
-            elements: int array (k, valence) of variable indices (numpy or ``wp.array2d``; k may be 0).
+            elements: int array (k, valence) of variable indices (k may be 0). A ``wp.array2d`` of int32
+                on the problem's device is copied and range-checked on the device, with no host round
+                trip; an index out of range then raises ``ValueError`` here on the CPU, and on a GPU at
+                the latest in the next ``eval*`` (every evaluation raises until valid elements are set).
+                Anything else (numpy, lists, other dtypes or devices) is checked on the host and
+                uploaded once.
         """
         if not isinstance(term, (int, np.integer)) or not 0 <= term < len(self.terms) or not self.terms[term].dynamic:
             raise ValueError(f"set_interaction_elements(term=...) must be the index of an interaction term, got {term!r}")
-        t = self.terms[term]
-        if isinstance(elements, wp.array):
-            elements = elements.numpy()
-        arr = np.asarray(elements)
-        valence = t.spec.valence
-        if arr.size == 0:
-            arr = np.zeros((0, valence), dtype=np.int32)
-        if arr.ndim != 2 or arr.shape[1] != valence:
-            raise ValueError(f"set_interaction_elements(elements=...) must have shape (k, {valence}), got {arr.shape}")
-        if arr.shape[0]:
-            arr = self._check_elements(arr, "set_interaction_elements")
-        if arr.shape[0] > t.capacity:
-            t.capacity = max(2 * t.capacity, int(arr.shape[0]))
-            t.elements = wp.zeros((t.capacity, valence), dtype=wp.int32, device=self.device)
-            self._layout = None
-        t.elements_np = arr.astype(np.int32, copy=False)
-        if arr.shape[0]:
-            wp.copy(t.elements, wp.array(arr, dtype=wp.int32, device=self.device), count=arr.size)
-        self._pattern = None
+        set_interaction_elements(self, self.terms[term], elements)
 
     def _add(self, elements, energy, data, weight, name, residual, what=None):
         what = what or ("add_residual_term" if residual else "add_term")
@@ -431,16 +426,21 @@ class Problem:
     # ------------------------------------------------------------------------------------------
 
     def _ensure_pattern(self):
-        if self._pattern is not None:
-            return
-        if not self.terms:
-            raise RuntimeError("the problem has no terms: call add_term first")
-        pat = build_hessian_pattern(self.variable_count, [t.elements_np for t in self.terms])
-        for t, s in zip(self.terms, pat.slots):
-            t.slots = wp.array(s, dtype=wp.int32, device=self.device)
-        n = self.variable_count
-        self._hess = self._bsr(n, n, self.block_type, pat)
-        self._pattern = pat
+        if self._pattern is None:
+            if not self.terms:
+                raise RuntimeError("the problem has no terms: call add_term first")
+            static = [t for t in self.terms if not t.dynamic]  # interaction terms: merged on the device
+            pat = build_hessian_pattern(self.variable_count, [t.elements_np for t in static])
+            for t, s in zip(static, pat.slots):
+                t.slots = wp.array(s, dtype=wp.int32, device=self.device)
+            if len(static) < len(self.terms):
+                self._pattern = InteractionPattern(self, pat)
+            else:
+                n = self.variable_count
+                self._hess = self._bsr(n, n, self.block_type, pat)
+                self._pattern = pat
+        if isinstance(self._pattern, InteractionPattern):
+            self._hess = self._pattern.update()  # merges new interaction blocks (device) when elements changed
 
     def _bsr(self, nrow: int, ncol: int, block_type, pat):
         """Zero BSR matrix with the structure of ``pat`` (offsets, columns) on this problem's device."""
@@ -504,6 +504,7 @@ class Problem:
             self._layout = _Layout(self)
         if self._layout.dynamic:
             self._layout.energy.zero_()  # slots beyond an interaction term's current count must read 0
+            check_interaction(self, synced=False)  # bad elements raise once their device check is back
         return self._layout
 
     def _total_energy(self):
@@ -523,6 +524,8 @@ class Problem:
         wp.copy(self._energy_host, self._energy)
         if self.device.is_cuda:
             wp.synchronize_device(self.device)
+        if self._layout is not None and self._layout.dynamic:
+            check_interaction(self, synced=True)  # the device checks of interaction elements are back now
         return float(self._energy_host.numpy()[0])
 
     # ------------------------------------------------------------------------------------------
@@ -557,6 +560,8 @@ class Problem:
             return None
         if self._tiles is None or self._tiles[0] is not self._pattern:
             plan = build_tile_plan(self._pattern.offsets, [t.elements_np for t in self.terms], self.block_type, self.device)
+            if self.assembly == "auto" and plan is not None and plan.patch_count < self.device.sm_count:
+                plan = None  # too few patches to fill the GPU: one thread per element is faster (H200, 10x10 grid)
             self._tiles = (self._pattern, plan)
         return self._tiles[1]
 
