@@ -93,6 +93,8 @@ class ShellsConfig(AppConfig):
         contact_stiffness: kappa [J/m^4]; null: Y t / d_hat^2 (see the module docstring).
         gravity: acceleration of gravity [m/s^2].
         max_line_search_tries: Armijo backtracking cap (shrink 0.5).
+        cg_tolerance: relative residual tolerance of the ``"cg"`` linear solver (inexact Newton steps).
+        cg_max_iterations: iteration cap of the ``"cg"`` linear solver (0: no cap).
     """
 
     app: str = "shells"
@@ -116,9 +118,15 @@ class ShellsConfig(AppConfig):
     contact_stiffness: Optional[float] = None
     gravity: tuple[float, float, float] = (0.0, -9.81, 0.0)
     max_line_search_tries: int = 60
+    cg_tolerance: float = 1e-8
+    cg_max_iterations: int = 0
 
     def validate(self):
         errors = super().validate()
+        if not self.cg_tolerance > 0.0:
+            errors.append(("cg_tolerance", f"expected a number > 0, got {self.cg_tolerance}"))
+        if self.cg_max_iterations < 0:
+            errors.append(("cg_max_iterations", f"expected an int >= 0, got {self.cg_max_iterations}"))
         for key in ("size", "time_step", "density", "thickness", "young", "dhat_ratio"):
             if not getattr(self, key) > 0.0:
                 errors.append((key, f"expected a number > 0, got {getattr(self, key)}"))
@@ -272,7 +280,10 @@ class App(_AppBase):
         self.problem = p
         self.rest = wp.array(x0, dtype=wp.vec3d, device=dev)
         self.search = ContactSearch(faces, self.mesh.edges, vertex_count=n, device=dev)
-        self.linear_solver = wm.make_linear_solver(c.linear_solver, device=dev)
+        options = {}
+        if c.linear_solver == "cg":
+            options = dict(tol=c.cg_tolerance, maxiter=c.cg_max_iterations or None)
+        self.linear_solver = wm.make_linear_solver(c.linear_solver, device=dev, **options)
         self.pair_counts: list[tuple[int, int]] = []
 
     # -------------------------------------------------------------------------------- contact

@@ -7,8 +7,13 @@ Run on a GPU host (writes benchmarks/results/mass_spring.json and .png):
 
 Methods (same springs, same float32 data, one process, one GPU):
 
-* ``warp_meshad``: ``Problem.assemble_hessian`` of the built-in ``mass_spring_f32`` energy (dual numbers,
-  ``assembly="atomic"``: atomic block adds into topology-precomputed slots), captured in a CUDA graph;
+* ``warp_meshad``: ``Problem.assemble_hessian`` of the built-in ``mass_spring_f32`` energy (dual numbers), default
+  settings (``assembly="auto"``: tiled where the grid fills the GPU, else atomic), captured in a CUDA graph;
+* ``warp_meshad_atomic``: the same with ``assembly="atomic"`` (atomic block adds into topology-precomputed slots);
+  the reference every other method is checked against;
+* ``warp_meshad_deterministic`` (``deterministic=True``, tiled rounds without atomics) and
+  ``warp_meshad_deterministic_buffers`` (``assembly="atomic"``: per-element buffers summed in a fixed order), both
+  checked for identical bits over 10 runs;
 * ``warp_meshad_tiled``: the same energy with ``assembly="tiled"`` (a thread block per patch of consecutive
   rows, blocks summed in shared memory, written out coalesced); ``warp_meshad_tiled_morton`` /
   ``warp_meshad_atomic_morton``: tiled / atomic on the grid renumbered along a Morton curve
@@ -130,13 +135,14 @@ def run_size(n, device, methods, runs, records):
         records.append(r)
         print(f"   {method:24s} median {r['ms_median']:9.4f} ms  min {r['ms_min']:9.4f} ms")
 
-    if "warp_meshad" in methods:
-        add("warp_meshad", time_warp(lambda: problem.assemble_hessian(x), device, runs), assembly="atomic")
-    for method, morton in (("warp_meshad_tiled", False), ("warp_meshad_tiled_morton", True), ("warp_meshad_atomic_morton", None)):
+    if "warp_meshad_atomic" in methods:
+        add("warp_meshad_atomic", time_warp(lambda: problem.assemble_hessian(x), device, runs), assembly="atomic")
+    variants = (("warp_meshad", "auto", False), ("warp_meshad_tiled", "tiled", False),
+                ("warp_meshad_tiled_morton", "tiled", True), ("warp_meshad_atomic_morton", "atomic", True))
+    for method, asm, morton in variants:
         if method not in methods:
             continue
-        asm = "atomic" if morton is None else "tiled"
-        m2, _, _, q, _, xq = build(n, device, assembly=asm, morton=morton is not False)
+        m2, _, _, q, _, xq = build(n, device, assembly=asm, morton=morton)
         fq, gq, Hq = q.assemble_hessian(xq)
         wp.synchronize_device(device)
         # back to the grid numbering: new vertex k is grid vertex vertex_map[k]
@@ -149,27 +155,32 @@ def run_size(n, device, methods, runs, records):
         print(f"   {method} vs warp_meshad: energy {err[0]:.2e} gradient {err[1]:.2e} hessian {err[2]:.2e}")
         assert max(err) < 1e-4, err
         extra = {}
-        if asm == "tiled":
+        if q._tiles is not None and q._tiles[1] is not None:
+            asm = "tiled"
             plan = q._tiles[1]
             extra = dict(patches=plan.patch_count, evaluations=plan.evaluations[0], elements=mesh.edge_count)
             print(f"   {method}: {plan.patch_count} patches, {plan.evaluations[0] / mesh.edge_count:.3f} evaluations per spring")
         add(method, time_warp(lambda: q.assemble_hessian(xq), device, runs), assembly=asm, check_rel_error=max(err), **extra)
         del q
-    if "warp_meshad_deterministic" in methods:
+    for det_method, det_asm in (("warp_meshad_deterministic", "auto"), ("warp_meshad_deterministic_buffers", "atomic")):
+        if det_method not in methods:
+            continue
         import warp_meshad as wm
         from warp_meshad.kernels.energies import mass_spring_f32
 
-        q = wm.Problem(nv, 3, dtype=wp.float32, device=device, deterministic=True)
+        q = wm.Problem(nv, 3, dtype=wp.float32, device=device, deterministic=True, assembly=det_asm)
         q.add_term(mesh.edges, mass_spring_f32, data)
         outs = []
-        for _ in range(3 if n <= 1000 else 1):
+        for _ in range(10 if n <= 1000 else 3):
             fq, gq, Hq = q.assemble_hessian(x)
             outs.append((fq.numpy().copy(), gq.numpy().copy(), Hq.values.numpy()[: Hq.nnz].copy()))
         same = all(all(np.array_equal(a, b) for a, b in zip(o, outs[0])) for o in outs[1:])
         err = (rel(outs[0][0], [ref_f]), rel(outs[0][1], ref_g), rel(outs[0][2], ref_h))
         print(f"   deterministic vs atomic: energy {err[0]:.2e} gradient {err[1]:.2e} hessian {err[2]:.2e}; bitwise repeat: {same}")
         assert max(err) < 1e-4 and same, (err, same)
-        add("warp_meshad_deterministic", time_warp(lambda: q.assemble_hessian(x), device, runs), bitwise_repeat=same)
+        tiled_det = q._tiles is not None and q._tiles[1] is not None
+        add(det_method, time_warp(lambda: q.assemble_hessian(x), device, runs), bitwise_repeat=same,
+            assembly="tiled" if tiled_det else "buffers")
         del q
     if "warp_meshad_proj" in methods:
         add("warp_meshad_proj", time_warp(lambda: problem.assemble_hessian(x, projection="clamp"), device, runs))
@@ -324,7 +335,7 @@ def add_jax(mesh, X, rest, ref_f, ref_g, ref_h, slots, nnz, add, runs):
     add("jax_vmap_segment_sum", time_host(lambda: jax.block_until_ready(run(xe)), runs), check_rel_error=err)
 
 
-ALL = ["warp_meshad", "warp_meshad_tiled", "warp_meshad_tiled_morton", "warp_meshad_atomic_morton", "warp_meshad_deterministic", "warp_meshad_proj", "warp_meshad_gradient", "handwritten_warp", "warp_tape_gradient", "torch_vmap_coo", "jax_vmap_segment_sum"]
+ALL = ["warp_meshad", "warp_meshad_atomic", "warp_meshad_tiled", "warp_meshad_tiled_morton", "warp_meshad_atomic_morton", "warp_meshad_deterministic", "warp_meshad_deterministic_buffers", "warp_meshad_proj", "warp_meshad_gradient", "handwritten_warp", "warp_tape_gradient", "torch_vmap_coo", "jax_vmap_segment_sum"]
 
 
 def main(argv=None):

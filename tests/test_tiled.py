@@ -125,3 +125,53 @@ def test_reordered_problem_gives_the_same_energy_and_permuted_derivatives(device
 def test_bad_assembly_option_is_refused():
     with pytest.raises(ValueError, match=r"assembly=.*'auto', 'atomic', 'tiled'.*'shared'"):
         wm.Problem(4, 3, assembly="shared")
+
+
+def test_deterministic_tiled_rounds_never_add_twice_to_one_entry():
+    mesh = wm.TriMesh.grid(20, 18)
+    p = build(mesh, "cpu", "tiled")
+    p._ensure_pattern()
+    plan = build_tile_plan(p._pattern.offsets, [t.elements_np for t in p.terms], p.block_type, "cpu",
+                           slot_arrays=p._pattern.slots, var_type=p.variable_type, block_dim=32)
+    assert plan.deterministic and plan.patch_count > 3
+    bstart = plan.block_start.numpy()
+    for t, slots, entries, rstart, prs in zip(p.terms, p._pattern.slots, plan.entries, plan.round_start,
+                                              plan.patch_round_start):
+        entries, rstart, prs = entries.numpy(), rstart.numpy(), prs.numpy()
+        assert rstart[-1] == len(entries) and prs[-1] == len(rstart) - 1
+        for q in range(plan.patch_count):
+            lo, hi = bstart[q], bstart[q + 1]
+            listed = []
+            for r in range(prs[q], prs[q + 1]):
+                members = entries[rstart[r]:rstart[r + 1]]
+                assert 0 < len(members) <= 32
+                listed += members.tolist()
+                s = slots[members]
+                for col in range(s.shape[1]):  # one tile_scatter_add call per pair position
+                    owned = s[:, col][(s[:, col] >= lo) & (s[:, col] < hi)]
+                    assert len(np.unique(owned)) == len(owned)
+            rows = np.flatnonzero((p._pattern.offsets[:-1] >= lo) & (p._pattern.offsets[:-1] < hi))
+            expected = np.flatnonzero(np.isin(t.elements_np, rows).any(axis=1))
+            np.testing.assert_array_equal(np.sort(listed), expected)
+
+
+def test_deterministic_tiled_matches_atomic_and_repeats_bitwise(device):
+    mesh = wm.TriMesh.grid(22, 16)
+    x = wp.array(positions(mesh, 5), dtype=wp.vec3d, device=device)
+    atomic = build(mesh, device, "atomic")
+    q = wm.Problem(mesh.vertex_count, 3, device=device, deterministic=True, assembly="tiled")
+    for t in atomic.terms:
+        q.add_term(t.elements_np, t.energy, t.data, weight=t.weight)
+    e, g, H = atomic.assemble_hessian(x, projection="clamp")
+    ref = (e.numpy()[0], g.numpy().copy(), wm.to_scipy(H).toarray())
+    runs = []
+    for _ in range(3):
+        e, g, H = q.assemble_hessian(x, projection="clamp")
+        runs.append((e.numpy().copy(), g.numpy().copy(), H.values.numpy().copy()))
+    assert q._tiles[1].deterministic and q._det is None  # no contribution buffers
+    np.testing.assert_allclose(runs[0][0][0], ref[0], rtol=1e-12)
+    np.testing.assert_allclose(runs[0][1], ref[1], rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(wm.to_scipy(H).toarray(), ref[2], rtol=1e-11, atol=1e-11)
+    for r in runs[1:]:
+        for a, b in zip(r, runs[0]):
+            assert np.array_equal(a, b)

@@ -74,7 +74,9 @@ def kernel_source(
     """
     n, d, k = spec.valence, spec.dim, spec.k
     res = spec.residual_dim > 0
-    tiled = tiled and mode in ("hessian", "hessian_proj") and not deterministic
+    tiled = tiled and mode in ("hessian", "hessian_proj")
+    tiled_det = tiled and deterministic  # conflict-free rounds: plain shared-memory adds in a fixed order
+    deterministic = deterministic and not tiled
     args = ["elements: wp.array2d(dtype=wp.int32)", "x: wp.array(dtype=_VarT)"]
     if spec.has_data:
         args.append("data: _DataT")
@@ -86,6 +88,7 @@ def kernel_source(
             "e = patch_entries[wp.where(q < q_end, q, q_start)]",
             "valid = q < q_end",
         ]
+    atomic_flag = ", False" if tiled_det else ""
     for a in range(n):
         body.append(f"i{a} = elements[e, {a}]")
     if mode in ("probe", "energy", "residual"):
@@ -106,6 +109,9 @@ def kernel_source(
         return f"energy_out[offs[0] + e] = {expr}"
 
     def scatter_vec(arr, a, expr):
+        if tiled_det and arr == "grad":
+            s = f"slots[e, {a * n + a}]"
+            return f"wp.tile_scatter_add(gtile, i{a} - rb, {expr}, valid and {s} >= pb and {s} < pe, False)"
         if tiled:
             s = f"slots[e, {a * n + a}]"
             return f"if valid and {s} >= pb and {s} < pe:\n    wp.atomic_add({arr}, i{a}, {expr})"
@@ -117,7 +123,7 @@ def kernel_source(
         if tiled:
             return (
                 f"s{a}_{b} = slots[e, {a * n + b}]\n"
-                f"wp.tile_scatter_add(tile, s{a}_{b} - pb, {expr}, valid and s{a}_{b} >= pb and s{a}_{b} < pe)"
+                f"wp.tile_scatter_add(tile, s{a}_{b} - pb, {expr}, valid and s{a}_{b} >= pb and s{a}_{b} < pe{atomic_flag})"
             )
         if deterministic:
             return f"hvals[offs[2] + e * {n * n} + {a * n + b}] = {expr}"
@@ -239,6 +245,24 @@ def kernel_source(
             "for rnd in range((q_end - q_start + bd - 1) // bd):",
             "    q = q_start + rnd * bd + lane",
         ]
+        if tiled_det:
+            # rounds of at most bd entries in which no two threads add to the same tile entry
+            args[-3:-2] = ["round_start: wp.array(dtype=wp.int32)", "patch_round_start: wp.array(dtype=wp.int32)"]
+            args.insert(-1, "patch_row_start: wp.array(dtype=wp.int32)")
+            head[4:5] = [
+                "gtile = wp.tile_zeros(shape=(_CAP,), dtype=_VarT, storage='shared')",
+                "rb = patch_row_start[p]",
+                "re = patch_row_start[p + 1]",
+            ]
+            # a round holds at most bd entries where bd is the launch's block_dim; the CPU runs one lane
+            head[-2:] = [
+                "for rnd in range(patch_round_start[p], patch_round_start[p + 1]):",
+                "  q_start = round_start[rnd]",
+                "  q_end = round_start[rnd + 1]",
+                "  for sub in range((q_end - q_start + bd - 1) // bd):",
+                "    q = q_start + sub * bd + lane",
+            ]
+            head = [h for h in head if not h.startswith(("q_start = patch", "q_end = patch"))]
         loop = [t for s in body for t in s.split("\n")]
         tail = [
             "i = lane",
@@ -249,6 +273,16 @@ def kernel_source(
             "        hvals[pb + i] = tile[i]",
             "    i += bd",
         ]
+        if tiled_det:
+            tail += [
+                "i = lane",
+                "while i < re - rb:",
+                "    if accumulate != 0:",
+                "        grad[rb + i] = grad[rb + i] + gtile[i]",
+                "    else:",
+                "        grad[rb + i] = gtile[i]",
+                "    i += bd",
+            ]
         body = head + ["    " + t for t in loop] + tail
     else:
         body = [t for s in body for t in s.split("\n")]

@@ -22,7 +22,8 @@ from .interaction import InteractionElements, InteractionPattern, check_interact
 from .kernelgen import KernelSpec, make_kernel
 from .pattern import build_hessian_pattern, build_jacobian_pattern
 from .reduce import contribution_lists, gather_sum, ordered_total, partial_count
-from .tiled import TILE_BLOCK_DIM, build_tile_plan
+from . import tiled as _tiled
+from .tiled import build_tile_plan
 
 __all__ = ["Problem"]
 
@@ -98,15 +99,18 @@ class Problem:
         deterministic: when True, no float atomics are used: every element writes its contributions
             to its own buffer slots and each target adds them in a fixed order, so results are
             bitwise identical run to run (the Jacobian of residual terms is exempt only where one
-            element repeats a variable). Costs memory for one block per element pair.
+            element repeats a variable). With the tiled assembly (see ``assembly``), a patch's
+            elements are ordered into rounds in which no two add to the same shared-memory entry, so
+            Hessian and gradient are summed with plain adds in a fixed order; otherwise the
+            contributions go to buffers (one block per element pair) summed in a fixed order.
         assembly: how Hessians are assembled. ``"atomic"``: a thread per element adds its blocks
             into their slots with ``atomic_add``. ``"tiled"``: a thread block per patch of
             consecutive rows accumulates the patch's blocks in shared memory and writes them out
             coalesced (see :mod:`warp_meshad._src.tiled`; number variables in a spatially coherent
             order, e.g. :func:`warp_meshad.locality_order`, so patches share few elements).
             ``"auto"``: tiled on CUDA devices when there are at least as many patches as
-            multiprocessors, else atomic (and always atomic on the CPU). Interaction terms, the
-            deterministic mode and Gauss-Newton Hessians always use the atomic assembly.
+            multiprocessors, else atomic (and always atomic on the CPU). Interaction terms and
+            Gauss-Newton Hessians always use the atomic assembly.
 
     Variables ``x`` are a ``wp.array`` of shape [variable_count] with dtype ``vec{variable_dim}``
     of ``dtype`` (or ``dtype`` itself when ``variable_dim == 1``), on ``device``.
@@ -552,14 +556,18 @@ class Problem:
 
     def _tile_plan(self, mode: str):
         """The patch plan of the tiled assembly, or None where the atomic assembly is used."""
-        if mode not in ("hessian", "hessian_proj") or self.deterministic:
+        if mode not in ("hessian", "hessian_proj"):
             return None
         if self.assembly == "atomic" or (self.assembly == "auto" and not self.device.is_cuda):
             return None
         if any(t.dynamic for t in self.terms):
             return None
         if self._tiles is None or self._tiles[0] is not self._pattern:
-            plan = build_tile_plan(self._pattern.offsets, [t.elements_np for t in self.terms], self.block_type, self.device)
+            det = dict(slot_arrays=self._pattern.slots, var_type=self.variable_type) if self.deterministic else {}
+            plan = build_tile_plan(
+                self._pattern.offsets, [t.elements_np for t in self.terms], self.block_type, self.device,
+                block_dim=_tiled.TILE_BLOCK_DIM, **det,
+            )  # fmt: skip
             if self.assembly == "auto" and plan is not None and plan.patch_count < self.device.sm_count:
                 plan = None  # too few patches to fill the GPU: one thread per element is faster (H200, 10x10 grid)
             self._tiles = (self._pattern, plan)
@@ -567,8 +575,12 @@ class Problem:
 
     def _launch_tiled(self, term: _Term, mode: str, plan, i: int, inputs: list):
         kern = self._kernel(term, mode, plan.cap)
-        inputs = inputs + [plan.entries[i], plan.entry_start[i], plan.block_start, 1 if i else 0]
-        wp.launch_tiled(kern, dim=[plan.patch_count], inputs=inputs, block_dim=TILE_BLOCK_DIM, device=self.device)
+        if plan.deterministic:
+            inputs = inputs + [plan.entries[i], plan.round_start[i], plan.patch_round_start[i], plan.block_start,
+                               plan.row_start, 1 if i else 0]  # fmt: skip
+        else:
+            inputs = inputs + [plan.entries[i], plan.entry_start[i], plan.block_start, 1 if i else 0]
+        wp.launch_tiled(kern, dim=[plan.patch_count], inputs=inputs, block_dim=_tiled.TILE_BLOCK_DIM, device=self.device)
 
     def _launch_hessian(self, x, fn, mode, extra=()):
         self._check_vector(x, "x", fn)
@@ -578,7 +590,7 @@ class Problem:
         plan = self._tile_plan(mode)
         if plan is None:  # the tiled kernels store every block of the pattern: nothing to clear
             self._hess.values.zero_()
-        det = self._ensure_det(True) if self.deterministic else None
+        det = self._ensure_det(True) if self.deterministic and plan is None else None
         g_out, h_out = (det.grad, det.hess) if det else (self._grad, self._hess.values)
         for i, t in enumerate(self.terms):
             m = mode if (mode != "gauss_newton" or t.residual) else "hessian"

@@ -22,9 +22,13 @@ TILE_BLOCK_DIM = 256
 _SHARED_BYTES = 36 * 1024  # shared memory per thread block used by the tile
 
 
-def tile_capacity(block_type) -> int:
-    """Blocks per patch tile for one block type (``_SHARED_BYTES`` of shared memory)."""
-    return max(16, _SHARED_BYTES // wp.types.type_size_in_bytes(block_type))
+def tile_capacity(block_type, var_type=None) -> int:
+    """Blocks per patch tile for one block type (``_SHARED_BYTES`` of shared memory); with ``var_type``,
+    room for as many gradient entries too (the deterministic variant sums the gradient in shared memory)."""
+    size = wp.types.type_size_in_bytes(block_type)
+    if var_type is not None:
+        size += wp.types.type_size_in_bytes(var_type)
+    return max(16, _SHARED_BYTES // size)
 
 
 class TilePlan:
@@ -39,13 +43,19 @@ class TilePlan:
         evaluations: per term, number of element evaluations (elements times patches touched).
     """
 
-    def __init__(self, cap, block_start, entries, entry_start, evaluations, device):
+    def __init__(self, cap, block_start, entries, entry_start, evaluations, device, row_start=None, rounds=None):
         self.cap = cap
         self.patch_count = int(block_start.shape[0] - 1)
         self.block_start = wp.array(block_start, dtype=wp.int32, device=device)
         self.entries = [wp.array(e, dtype=wp.int32, device=device) for e in entries]
         self.entry_start = [wp.array(s, dtype=wp.int32, device=device) for s in entry_start]
         self.evaluations = evaluations
+        self.deterministic = rounds is not None
+        if self.deterministic:
+            self.row_start = wp.array(row_start, dtype=wp.int32, device=device)
+            self.round_start = [wp.array(r, dtype=wp.int32, device=device) for r, _ in rounds]
+            self.patch_round_start = [wp.array(pr, dtype=wp.int32, device=device) for _, pr in rounds]
+            self.round_count = [int(r.shape[0] - 1) for r, _ in rounds]
 
 
 def _row_patches(offsets: np.ndarray, cap: int) -> np.ndarray | None:
@@ -64,7 +74,43 @@ def _row_patches(offsets: np.ndarray, cap: int) -> np.ndarray | None:
     return np.asarray(bounds, dtype=np.int64)
 
 
-def build_tile_plan(offsets: np.ndarray, element_arrays: list[np.ndarray], block_type, device) -> TilePlan | None:
+def _layers(entries: np.ndarray, patches: np.ndarray, slots: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Layer of each entry such that entries of one patch and one layer never add to the same tile entry
+    in the same call (the same pair position ``a, b`` and the same block slot; the gradient of variable
+    ``a`` goes with the diagonal slot ``a, a``)."""
+    q_count = entries.shape[0]
+    s = slots[entries].astype(np.int64)  # (q, v*v) global block slots
+    owned = (s >= lo[patches][:, None]) & (s < hi[patches][:, None])
+    q_idx, pos = np.nonzero(owned)
+    group = pos.astype(np.int64) * (int(s.max()) + 1 if s.size else 1) + s[q_idx, pos]
+    layer = np.zeros(q_count, dtype=np.int64)
+    # start from each entry's rank within its groups, then bump entries that still collide
+    order = np.lexsort((q_idx, group))
+    g_sorted = group[order]
+    first = np.r_[True, g_sorted[1:] != g_sorted[:-1]]
+    run_start = np.maximum.accumulate(np.where(first, np.arange(g_sorted.size), 0))
+    rank = np.arange(g_sorted.size) - run_start
+    np.maximum.at(layer, q_idx[order], rank)
+    for _ in range(10000):
+        lay = layer[q_idx]
+        order = np.lexsort((q_idx, lay, group))
+        g, l, q = group[order], lay[order], q_idx[order]
+        clash = np.r_[False, (g[1:] == g[:-1]) & (l[1:] == l[:-1])]
+        if not clash.any():
+            return layer
+        layer[np.unique(q[clash])] += 1
+    raise RuntimeError("tiled assembly: could not separate the element rounds")  # pragma: no cover
+
+
+def build_tile_plan(
+    offsets: np.ndarray,
+    element_arrays: list[np.ndarray],
+    block_type,
+    device,
+    slot_arrays: list[np.ndarray] | None = None,
+    var_type=None,
+    block_dim: int | None = None,
+) -> TilePlan | None:
     """Plan the tiled assembly of a pattern.
 
     Args:
@@ -72,27 +118,50 @@ def build_tile_plan(offsets: np.ndarray, element_arrays: list[np.ndarray], block
         element_arrays: per term, (m, valence) int variable indices.
         block_type: the Hessian's block dtype (sets the tile capacity).
         device: where the plan's arrays live.
+        slot_arrays: per term, (m, valence * valence) block slots: given, the plan is for the
+            deterministic variant: each patch's elements are ordered into rounds of at most
+            ``block_dim`` in which no two add to the same tile entry (so plain adds in a fixed order
+            replace atomics), and gradients are summed in shared memory too (``var_type``).
+        block_dim: threads per block (round size); default :data:`TILE_BLOCK_DIM`.
 
     Returns:
         The plan, or None when a single row has more blocks than a tile holds.
     """
-    cap = tile_capacity(block_type)
+    deterministic = slot_arrays is not None
+    block_dim = block_dim or TILE_BLOCK_DIM
+    cap = tile_capacity(block_type, var_type if deterministic else None)
     offsets = np.asarray(offsets, dtype=np.int64)
     bounds = _row_patches(offsets, cap)
     if bounds is None:
         return None
     n = offsets.size - 1
     patch_of = np.repeat(np.arange(bounds.size - 1, dtype=np.int64), np.diff(bounds))
-    entries, starts, evals = [], [], []
-    for el in element_arrays:
+    entries, starts, evals, rounds = [], [], [], []
+    lo, hi = offsets[bounds[:-1]], offsets[bounds[1:]]
+    for t, el in enumerate(element_arrays):
         m, v = el.shape
         pe = np.sort(patch_of[el.astype(np.int64, copy=False)], axis=1) if m else np.zeros((0, v), np.int64)
         keep = np.ones_like(pe, dtype=bool)
         keep[:, 1:] = pe[:, 1:] != pe[:, :-1]
         patches = pe[keep]
         elems = np.broadcast_to(np.arange(m, dtype=np.int64)[:, None], pe.shape)[keep]
-        order = np.lexsort((elems, patches))
-        entries.append(elems[order].astype(np.int32))
+        if deterministic:
+            layer = _layers(elems, patches, slot_arrays[t], lo, hi)
+            order = np.lexsort((elems, layer, patches))
+            patches, layer, elems = patches[order], layer[order], elems[order]
+            # rounds: runs of one (patch, layer), cut every block_dim entries
+            run = np.r_[True, (patches[1:] != patches[:-1]) | (layer[1:] != layer[:-1])] if elems.size else np.zeros(0, bool)
+            run_start = np.maximum.accumulate(np.where(run, np.arange(elems.size), 0)) if elems.size else run
+            cut = run | ((np.arange(elems.size) - run_start) % block_dim == 0)
+            r_start = np.r_[np.flatnonzero(cut), elems.size].astype(np.int32)
+            r_patch = patches[r_start[:-1]]
+            pr = np.zeros(bounds.size, dtype=np.int32)
+            np.cumsum(np.bincount(r_patch, minlength=bounds.size - 1), out=pr[1:])
+            rounds.append((r_start, pr))
+        else:
+            order = np.lexsort((elems, patches))
+            patches, elems = patches[order], elems[order]
+        entries.append(elems.astype(np.int32))
         counts = np.bincount(patches, minlength=bounds.size - 1)
         st = np.zeros(bounds.size, dtype=np.int32)
         np.cumsum(counts, out=st[1:])
@@ -100,4 +169,4 @@ def build_tile_plan(offsets: np.ndarray, element_arrays: list[np.ndarray], block
         evals.append(int(patches.size))
     block_start = offsets[bounds].astype(np.int32)
     assert block_start[-1] == offsets[n]
-    return TilePlan(cap, block_start, entries, starts, evals, device)
+    return TilePlan(cap, block_start, entries, starts, evals, device, bounds.astype(np.int32), rounds if deterministic else None)

@@ -1,0 +1,86 @@
+"""Elastic shells with IPC contact (``configs/shells/spot_pile.yaml``): time per step and per phase.
+
+Run on a GPU host (writes $BENCH_OUT or benchmarks/results/shells_pile.json after every step, so a run cut
+short keeps the steps it took):
+
+    python -m benchmarks.shells_pile --steps 20
+    python -m benchmarks.shells_pile --config shells/spot_drop --device cpu --steps 2   # CPU smoke run
+
+Per step it records the wall time and the app's split into contact detection, derivatives+assembly, linear
+solve and line search (``phase_ms``, synchronized clocks), the Newton iterations, the contact pair counts and
+the number of intersecting face pairs (must stay 0). ``ms_median`` of the record is the median step time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import warp as wp
+
+from benchmarks.common import out_dir, record
+
+NAME = "shells_pile"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="shells/spot_pile")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--set", nargs="*", default=[], help="config overrides key=value")
+    args = ap.parse_args(argv)
+    wp.config.log_level = wp.LOG_WARNING
+    from warp_meshad._src.app import app_class, load_config, parse_set
+
+    flags = {"--steps": {"steps": args.steps}}
+    if args.device:
+        flags["--device"] = {"device": args.device}
+    config = load_config(args.config, parse_set(args.set), flags=flags)
+    t0 = time.perf_counter()
+    app = app_class(config.app, config.source)(config)
+    setup_ms = 1e3 * (time.perf_counter() - t0)
+    print(app.describe(), flush=True)
+    print(f"setup {setup_ms:.0f} ms", flush=True)
+    steps = []
+    path = out_dir() / f"{NAME}.json"
+    nv = app.mesh.vertex_count
+    dev = str(app.device)
+    for k in range(args.steps):
+        t = time.perf_counter()
+        rec = app.step()
+        wall = 1e3 * (time.perf_counter() - t)
+        ph = rec["phase_ms"]
+        tot = sum(ph.values())
+        steps.append(dict(step=k, wall_ms=wall, phase_ms=ph, iterations=rec["iterations"], reason=rec["reason"],
+                          intersections=rec["intersections"], point_triangle_pairs=rec["point_triangle_pairs"],
+                          edge_edge_pairs=rec["edge_edge_pairs"]))
+        print(f"step {k}: {wall:.0f} ms, {rec['iterations']} it ({rec['reason']}), pairs pt {rec['point_triangle_pairs']} "
+              f"ee {rec['edge_edge_pairs']}, intersections {rec['intersections']}, "
+              + ", ".join(f"{key} {v:.0f} ms ({100 * v / max(tot, 1e-9):.1f}%)" for key, v in ph.items()), flush=True)
+        walls = [s["wall_ms"] for s in steps]
+        totals = {key: sum(s["phase_ms"][key] for s in steps) for key in ph}
+        all_ms = sum(totals.values())
+        r = record(NAME, "warp_meshad", nv, "float64", walls, dev, steps_taken=len(steps), setup_ms=setup_ms,
+                   objects=app.count, phase_ms_total=totals,
+                   phase_fraction={key: v / all_ms for key, v in totals.items()} if all_ms else {},
+                   linear_solver=getattr(app.linear_solver, "name", None), steps=steps)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps([r], indent=1))
+        os.replace(tmp, path)
+    frac = r["phase_fraction"]
+    print("phase fractions: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in frac.items()), flush=True)
+    print(f"median step {statistics.median(walls):.0f} ms over {len(walls)} steps", flush=True)
+    try:
+        app.check_final()
+        print("check_final passed", flush=True)
+    except AssertionError as exc:
+        print(f"check_final FAILED: {exc}", flush=True)
+    return r
+
+
+if __name__ == "__main__":
+    main()
