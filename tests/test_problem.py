@@ -445,3 +445,17 @@ def test_term_name_with_any_characters(device):
     p.add_term(np.array([[0, 1], [1, 2]]), spring, make_data(device, 2), name="my spring term #1")
     x = wp.array(np.eye(3), dtype=wp.vec3d, device=device)
     np.testing.assert_allclose(p.eval(x), 0.5 * 2.0 * 2.0)  # two springs of length sqrt(2), rest 0, k = 1
+
+
+def test_device_pattern_build_equals_host_build(device):
+    from warp_meshad._src.pattern import build_hessian_pattern
+    from warp_meshad._src.pattern_device import build_hessian_pattern_device
+
+    mesh = wm.TriMesh.grid(13, 9)
+    els = [mesh.edges, mesh.faces, mesh.edge_diamonds, np.array([[5, 5]], dtype=np.int32)]
+    a = build_hessian_pattern(mesh.vertex_count, els)
+    b = build_hessian_pattern_device(mesh.vertex_count, els, device)
+    np.testing.assert_array_equal(b.offsets, a.offsets)
+    np.testing.assert_array_equal(b.columns, a.columns)
+    for x, y in zip(b.slots, a.slots):
+        np.testing.assert_array_equal(x, y)
