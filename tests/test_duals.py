@@ -898,8 +898,9 @@ VEC_CASES = [
 
 
 def vector_kernel(D, part):
-    """k = 6 kernels: every case of VEC_CASES, in order, in two parts (one kernel holding all of them
-    needs more local memory per thread than a CUDA launch allows in float64)."""
+    """k = 6 kernels: every case of VEC_CASES, in order, in 4 parts (at -O0 one kernel holding all of
+    them needs more local memory per thread than a CUDA launch allows in float64, and even half of them
+    reserves tens of GB of local memory for a launch on an H200)."""
     S = D.S
     add, sub, mul, div = D.add, D.sub, D.mul, D.div
 
@@ -918,7 +919,7 @@ def vector_kernel(D, part):
         s = sin[0]
         t = sin[1] > S(0.0)
         f = sin[1] < S(0.0)
-        i = count[0]  # part 1 continues where part 0 stopped
+        i = count[0]  # each part continues where the one before stopped
         if wp.static(part == 0):
             i = _put3(out, i, u)
             i = _put3(out, i, w)
@@ -935,6 +936,7 @@ def vector_kernel(D, part):
             i = _put33(out, i, D.outer(u, p))
             i = _put33(out, i, D.outer(p, w))
             i = _put3(out, i, add(u, w))
+        if wp.static(part == 1):
             i = _put3(out, i, sub(u, w))
             i = _put3(out, i, u + p)
             i = _put3(out, i, p + w)
@@ -951,7 +953,7 @@ def vector_kernel(D, part):
             i = _put3(out, i, u * uw)
             i = _put3(out, i, uw * u)
             i = _put3(out, i, u / D.length(w))
-        if wp.static(part == 1):
+        if wp.static(part == 2):
             i = _put3(out, i, D.length(u) * p)
             i = _put3(out, i, p * D.length(u))
             i = _put(out, i, D._wm_index(u, idx[0]))
@@ -978,6 +980,7 @@ def vector_kernel(D, part):
             i = _put(out, i, D.length_sq(v4))
             i = _put4(out, i, D.normalize(v4))
             i = _put(out, i, D.dot(v4, wp.vector(p[0], p[1], p[2], s)))
+        if wp.static(part == 3):
             i = _put3(out, i, D.where(t, u, w))
             i = _put3(out, i, D.where(f, u, w))
             i = _put3(out, i, D.select(t, u, w))
@@ -1014,7 +1017,7 @@ def vector_results(dtype: str, hessian: bool = True):
         wp.array([S0, 1.0], dtype=S),
         wp.array([0, 1, 2, 3], dtype=int),
     ]
-    return _run_case_kernel(vector_kernel, D, dtype, VEC_CASES, inputs, vec3, parts=2)
+    return _run_case_kernel(vector_kernel, D, dtype, VEC_CASES, inputs, vec3, parts=4)
 
 
 def check_case(case: Case, out: np.ndarray, start: int, dtype: str, z: np.ndarray):
