@@ -3,6 +3,9 @@
 # run one stage: `tests`, `bench` (all benchmarks), or any command given after `--`.
 set -u
 cd "$(dirname "$0")/.."
+if [ -f .gpu/warpcache.tar.xz ] && [ ! -d /tmp/warpcache ]; then
+  python3 -c "import tarfile; tarfile.open('.gpu/warpcache.tar.xz').extractall('/tmp')"  # kernels compiled before
+fi
 if [ ! -d /tmp/site/warp ]; then
   cat /tmp/gpu/site.part* > /tmp/gpu/site.tar.xz &&
   mkdir -p /tmp/site &&
@@ -18,8 +21,24 @@ stage=${1:-tests}
 shift || true
 case "$stage" in
   tests)
+    # pytest-xdist, when its wheels were carried in .gpu/xd (pip download pytest-xdist execnet): NVRTC compiles of
+    # the test kernels dominate, and they run in parallel across workers. Outcomes and failures are logged as they
+    # happen (benchmarks/pytest_outcomes.py), so a run cut short by the call limit still reports what it did.
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUTDIR/gpu_info.txt"
-    WARP_MESHAD_TEST_DEVICE=cuda:0 python3 -m pytest -q -rs "$@" 2>&1 | tee "$OUTDIR/gpu_tests.log"
+    xdist=()
+    if ls .gpu/xd/*.whl >/dev/null 2>&1; then
+      for w in .gpu/xd/*.whl; do python3 -m zipfile -e "$w" /tmp/site; done
+      xdist=(-n "${WORKERS:-14}")
+    fi
+    OUT="$OUTDIR" WARP_MESHAD_TEST_DEVICE=cuda:0 timeout "${TESTS_S:-540}" python3 -m pytest -q -rs -p no:cacheprovider \
+      -p no:benchmark -p benchmarks.pytest_outcomes "${xdist[@]}" "$@" > "$OUTDIR/gpu_tests.log" 2>&1
+    echo "tests rc $?"
+    cat "$OUTDIR"/outcomes_*.txt 2>/dev/null | awk '{print $1}' | sort | uniq -c
+    cat "$OUTDIR"/outcomes_*.txt 2>/dev/null | sort -k3 -t' ' -rn | head -15
+    ;;
+  cache)
+    # the compiled kernels, to carry into the next session (saves the NVRTC compiles: minutes for the shells)
+    tar -cf - -C /tmp warpcache | xz -T8 -3 > "$OUTDIR/warpcache.tar.xz" && ls -la "$OUTDIR/warpcache.tar.xz"
     ;;
   bench)
     BENCH_OUT="$OUTDIR" python3 -m benchmarks.mass_spring "$@" 2>&1 | tee "$OUTDIR/bench_mass_spring.log"
