@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from benchmarks.common import record, time_host, time_torch, time_warp, write
+from benchmarks.common import time_checked, time_host, time_torch, time_warp, write
 from warp_meshad.kernels import ad
 
 NAME = "area_smoothing"
@@ -312,20 +312,7 @@ def run_size(n, device, methods, runs, records):
     nv = case.vertex_count
     print(f"-- {n}x{n}: {nv} vertices, {case.face_count} faces")
     ready, errors = check(case, methods)  # correctness of every method before anything is timed
-    for m in methods:
-        if m not in ready:
-            continue
-        run, timer, extras = ready[m]
-        try:
-            times = timer(run, runs)
-        except Exception:
-            traceback.print_exc()
-            records.append({"benchmark": NAME, "method": m, "vertex_count": nv, "dtype": "float32", "device": dev,
-                            "error": traceback.format_exc(limit=2)})
-            continue
-        r = record(NAME, m, nv, "float32", times, dev, check_rel_error=errors[m], **extras)
-        records.append(r)
-        print(f"   {m:14s} median {r['ms_median']:9.4f} ms  min {r['ms_min']:9.4f} ms")
+    time_checked(NAME, ready, errors, methods, runs, records, nv, "float32", dev, width=14)
 
 
 def main(argv=None):

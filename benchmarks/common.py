@@ -14,6 +14,7 @@ import os
 import pathlib
 import statistics
 import time
+import traceback
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
@@ -139,3 +140,27 @@ def time_host(fn, runs=30, warmup=3) -> list[float]:
         fn()
         times.append((time.perf_counter() - t) * 1e3)
     return times
+
+
+def time_checked(benchmark, ready, errors, methods, runs, records, vertex_count, dtype, device, width=14):
+    """Time every method that passed its correctness check and append its record.
+
+    Args:
+        ready: ``{method: (run, timer, extras)}`` for the methods that passed; ``timer(run, runs)`` gives times in ms.
+        errors: ``{method: relative error vs the reference}``, stored as ``check_rel_error``.
+        records: list the records go to; a method that fails while timed gets an ``error`` record instead.
+    """
+    for m in methods:
+        if m not in ready:
+            continue
+        run, timer, extras = ready[m]
+        try:
+            times = timer(run, runs)
+        except Exception:
+            traceback.print_exc()
+            records.append({"benchmark": benchmark, "method": m, "vertex_count": vertex_count, "dtype": dtype,
+                            "device": device, "error": traceback.format_exc(limit=2)})
+            continue
+        r = record(benchmark, m, vertex_count, dtype, times, device, check_rel_error=errors[m], **extras)
+        records.append(r)
+        print(f"   {m:{width}s} median {r['ms_median']:9.4f} ms  min {r['ms_min']:9.4f} ms")
