@@ -21,9 +21,6 @@ its gradient with respect to all vertex positions:
 Correctness first: every method's energy and gradient are compared with ``handwritten`` (relative Frobenius error <=
 1e-4 in float32) before anything is timed. torch and jax are optional: where they do not import they are skipped with
 a message.
-
-The built-in ``surface_area`` returns float64 (its literal is ``wp.float64(0.5)``), which a float32 problem refuses;
-then :func:`surface_area_f32`, the same formula in float32, is used instead and the record says so (``energy``).
 """
 
 from __future__ import annotations
@@ -32,23 +29,15 @@ import argparse
 import os
 import tempfile
 import traceback
-from typing import Any
 
 import numpy as np
 import warp as wp
 
 from benchmarks.common import time_checked, time_host, time_torch, time_warp, write
-from warp_meshad.kernels import ad
 
 NAME = "area_smoothing"
 TOLERANCE = 1e-4  # relative Frobenius error allowed between float32 methods
 ALL = ["warp_meshad", "handwritten", "warp_tape", "jax", "torch"]
-
-
-@wp.func
-def surface_area_f32(f: int, x0: Any, x1: Any, x2: Any):
-    """1/2 |(x1 - x0) x (x2 - x0)| in float32 (the built-in ``surface_area`` with a float32 literal)."""
-    return wp.float32(0.5) * ad.length(ad.cross(x1 - x0, x2 - x0))
 
 
 @wp.kernel(enable_backward=False)
@@ -147,12 +136,8 @@ def setup_warp_meshad(case: Case):
     from warp_meshad.kernels.energies import surface_area
 
     problem = wm.Problem(case.vertex_count, 3, dtype=wp.float32, device=case.device)
-    try:
-        problem.add_term(case.mesh.faces, surface_area)
-        energy_name = "surface_area"
-    except ValueError:  # the built-in returns float64: use the same formula in float32
-        problem.add_term(case.mesh.faces, surface_area_f32)
-        energy_name = "surface_area_f32 (benchmark copy)"
+    problem.add_term(case.mesh.faces, surface_area)
+    energy_name = "surface_area"
     out = {}
 
     def run():

@@ -342,3 +342,13 @@ def test_derivcheck_detects_a_wrong_gradient(grid):
     check_problem_derivatives(problem, x)
     with pytest.raises(AssertionError, match="gradient"):
         check_problem_derivatives(_SkewedProblem(problem, 1e-4), x)
+
+
+def test_surface_area_works_in_float32_and_float64(device):
+    from warp_meshad.kernels.energies import surface_area
+
+    mesh = wm.TriMesh.grid(6, 5, width=2.0, height=3.0)
+    for dtype, vec in ((wp.float32, wp.vec3f), (wp.float64, wp.vec3d)):
+        p = wm.Problem(mesh.vertex_count, 3, dtype=dtype, device=device)
+        p.add_term(mesh.faces, surface_area)
+        np.testing.assert_allclose(p.eval(wp.array(mesh.vertices, dtype=vec, device=device)), 6.0, rtol=1e-6)

@@ -27,4 +27,4 @@ __all__ = ["surface_area"]
 @wp.func
 def surface_area(f: int, x0: Any, x1: Any, x2: Any):
     """1/2 |(x1 - x0) x (x2 - x0)|."""
-    return wp.float64(0.5) * ad.length(ad.cross(x1 - x0, x2 - x0))
+    return 0.5 * ad.length(ad.cross(x1 - x0, x2 - x0))  # the literal takes the problem's dtype
