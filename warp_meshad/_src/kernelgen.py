@@ -228,15 +228,51 @@ def kernel_source(
     if mode not in ("probe", "residual", "jacobian"):
         args.append("offs: wp.vec3i")
     if tiled:
-        args += [
-            "patch_entries: wp.array(dtype=wp.int32)",
-            "patch_entry_start: wp.array(dtype=wp.int32)",
+        extra, head, tail = _tiled_frame(tiled_det)
+        args += extra
+        loop = [t for s in body for t in s.split("\n")]
+        body = head + ["    " + t for t in loop] + tail
+    else:
+        body = [t for s in body for t in s.split("\n")]
+    lines = [f"def {name}(" + ", ".join(args) + "):"]
+    lines += ["    " + s for s in body]
+    return "\n".join(lines) + "\n"
+
+
+def _tiled_frame(deterministic: bool) -> tuple[list[str], list[str], list[str]]:
+    """Extra arguments, head and tail of a tiled kernel: the head opens the loop over the patch's
+    elements (its body is the element code, indented once more); the tail writes the tile out.
+
+    Plain: rounds of ``bd`` consecutive entries of the patch (threads adding to the same tile entry
+    use shared-memory atomics). Deterministic: the plan's rounds, in which no two threads add to the
+    same tile entry (a round holds at most the launch's block_dim entries on a GPU; the CPU runs one
+    lane, hence the inner loop), and the gradient summed in a second tile.
+    """
+    extra = ["patch_entries: wp.array(dtype=wp.int32)"]
+    head = ["p, lane = wp.tid()", "tile = wp.tile_zeros(shape=(_CAP,), dtype=_BlockT, storage='shared')"]
+    if deterministic:
+        extra += [
+            "round_start: wp.array(dtype=wp.int32)",
+            "patch_round_start: wp.array(dtype=wp.int32)",
             "patch_block_start: wp.array(dtype=wp.int32)",
-            "accumulate: int",
+            "patch_row_start: wp.array(dtype=wp.int32)",
         ]
-        head = [
-            "p, lane = wp.tid()",
-            "tile = wp.tile_zeros(shape=(_CAP,), dtype=_BlockT, storage='shared')",
+        head += [
+            "bd = wp.block_dim()",
+            "gtile = wp.tile_zeros(shape=(_CAP,), dtype=_VarT, storage='shared')",
+            "rb = patch_row_start[p]",
+            "re = patch_row_start[p + 1]",
+            "pb = patch_block_start[p]",
+            "pe = patch_block_start[p + 1]",
+            "for rnd in range(patch_round_start[p], patch_round_start[p + 1]):",
+            "  q_start = round_start[rnd]",
+            "  q_end = round_start[rnd + 1]",
+            "  for sub in range((q_end - q_start + bd - 1) // bd):",
+            "    q = q_start + sub * bd + lane",
+        ]
+    else:
+        extra += ["patch_entry_start: wp.array(dtype=wp.int32)", "patch_block_start: wp.array(dtype=wp.int32)"]
+        head += [
             "bd = wp.block_dim()",
             "q_start = patch_entry_start[p]",
             "q_end = patch_entry_start[p + 1]",
@@ -245,50 +281,23 @@ def kernel_source(
             "for rnd in range((q_end - q_start + bd - 1) // bd):",
             "    q = q_start + rnd * bd + lane",
         ]
-        if tiled_det:
-            # rounds of at most bd entries in which no two threads add to the same tile entry
-            args[-3:-2] = ["round_start: wp.array(dtype=wp.int32)", "patch_round_start: wp.array(dtype=wp.int32)"]
-            args.insert(-1, "patch_row_start: wp.array(dtype=wp.int32)")
-            head[4:5] = [
-                "gtile = wp.tile_zeros(shape=(_CAP,), dtype=_VarT, storage='shared')",
-                "rb = patch_row_start[p]",
-                "re = patch_row_start[p + 1]",
-            ]
-            # a round holds at most bd entries where bd is the launch's block_dim; the CPU runs one lane
-            head[-2:] = [
-                "for rnd in range(patch_round_start[p], patch_round_start[p + 1]):",
-                "  q_start = round_start[rnd]",
-                "  q_end = round_start[rnd + 1]",
-                "  for sub in range((q_end - q_start + bd - 1) // bd):",
-                "    q = q_start + sub * bd + lane",
-            ]
-            head = [h for h in head if not h.startswith(("q_start = patch", "q_end = patch"))]
-        loop = [t for s in body for t in s.split("\n")]
-        tail = [
+    extra.append("accumulate: int")
+
+    def write_out(out, local, lo, hi):
+        return [
             "i = lane",
-            "while i < pe - pb:",
+            f"while i < {hi} - {lo}:",
             "    if accumulate != 0:",
-            "        hvals[pb + i] = hvals[pb + i] + tile[i]",
+            f"        {out}[{lo} + i] = {out}[{lo} + i] + {local}[i]",
             "    else:",
-            "        hvals[pb + i] = tile[i]",
+            f"        {out}[{lo} + i] = {local}[i]",
             "    i += bd",
         ]
-        if tiled_det:
-            tail += [
-                "i = lane",
-                "while i < re - rb:",
-                "    if accumulate != 0:",
-                "        grad[rb + i] = grad[rb + i] + gtile[i]",
-                "    else:",
-                "        grad[rb + i] = gtile[i]",
-                "    i += bd",
-            ]
-        body = head + ["    " + t for t in loop] + tail
-    else:
-        body = [t for s in body for t in s.split("\n")]
-    lines = [f"def {name}(" + ", ".join(args) + "):"]
-    lines += ["    " + s for s in body]
-    return "\n".join(lines) + "\n"
+
+    tail = write_out("hvals", "tile", "pb", "pe")
+    if deterministic:
+        tail += write_out("grad", "gtile", "rb", "re")
+    return extra, head, tail
 
 
 def make_kernel(
