@@ -162,8 +162,10 @@ class Problem:
         self._det = None
         self._layout = None
         # per-element PSD projection with literal indices (registers instead of local memory): None picks
-        # it on GPUs for k <= 12 and on the CPU for k <= 6 (larger ones take long to compile there);
-        # True / False force it (up to k = 12)
+        # it for k <= 6 (mass-spring k = 6 float32 on an H200: 63 -> 13.9 ms; for k = 9 and 12 in float64,
+        # ptxas puts 2.3-3.5x more spill bytes in the unrolled kernels than in the loop ones, see
+        # benchmarks/results/kernel_resources.json; and they take long to compile); True / False force it
+        # (up to k = 12)
         self.unrolled_projection = None
 
     # ------------------------------------------------------------------------------------------
@@ -399,7 +401,7 @@ class Problem:
     def _unrolled(self, k: int) -> bool:
         if self.unrolled_projection is not None:
             return bool(self.unrolled_projection) and k <= 12
-        return k <= (12 if self.device.is_cuda else 6)
+        return k <= 6
 
     def _probe_return_type(self, term: _Term, what: str, argname: str):
         """Generate code (no compilation) for a kernel that calls the energy once; read its return type."""
