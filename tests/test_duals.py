@@ -1145,8 +1145,10 @@ M22_CASES = [
 ]
 
 
-def mat22_kernel(D):
-    """k = 4 kernel: every case of M22_CASES, in order."""
+def mat22_kernel(D, part):
+    """k = 4 kernels: every case of M22_CASES, in order, in 3 parts (at -O0 every temporary lives in
+    local memory, which a CUDA launch reserves for every resident thread: small kernels keep that low);
+    a part recomputes the earlier temporaries it uses."""
     S = D.S
     add, sub, mul, div = D.add, D.sub, D.mul, D.div
     vec2 = wp.types.vector(length=2, dtype=S)
@@ -1168,49 +1170,53 @@ def mat22_kernel(D):
         s = sin[0]
         t = sin[1] > S(0.0)
         f = sin[1] < S(0.0)
-        i = int(0)
-        i = _put22(out, i, a)
-        i = _put4(out, i, D.seed(wp.vector(vin[0][0], vin[0][1], vin[1][0], vin[1][1]), 0))
-        i = _put(out, i, D.det(a))
-        i = _put22(out, i, D.inverse(a))
-        i = _put22(out, i, D.matmul(D.inverse(a), a))
-        i = _put22(out, i, D.transpose(a))
-        i = _put(out, i, D.trace(a))
-        i = _put(out, i, D.frobenius_sq(a))
-        i = _put22(out, i, D.matmul(a, a))
-        i = _put22(out, i, a * D.transpose(a))
-        i = _put22(out, i, D.matmul(a, pm))
-        i = _put22(out, i, D.matmul(pm, a))
-        dv = D.vec2(a.m11, a.m01)
-        i = _put2(out, i, D.matmul(a, dv))
-        i = _put2(out, i, a * q)
-        i = _put2(out, i, pm * dv)
-        i = _put22(out, i, add(a, D.transpose(a)))
-        i = _put22(out, i, sub(a, pm))
-        i = _put22(out, i, pm + a)
-        i = _put22(out, i, pm - a)
-        i = _put22(out, i, D._wm_neg(a))
-        i = _put22(out, i, mul(a, s))
-        i = _put22(out, i, s * a)
-        i = _put22(out, i, a * 1.5)
-        i = _put22(out, i, div(a, s))
-        i = _put22(out, i, a / 1.5)
-        i = _put22(out, i, a * D.det(a))
-        i = _put22(out, i, D.det(a) * a)
-        i = _put22(out, i, a / D.trace(a))
-        i = _put22(out, i, D.mat22(a.m00, s, a.m10, a.m11))
-        i = _put22(out, i, D.mat22_cols(D.vec2(a.m00, a.m10), q))
-        i = _put22(out, i, D.mat22_rows(q, D.vec2(a.m10, a.m11)))
-        i = _put22(out, i, D.mat22_cols(D.vec2(a.m00, a.m10), D.vec2(a.m01, a.m11)))
-        i = _put(out, i, D._wm_index2(a, idx[0], idx[0]))
-        i = _put(out, i, D._wm_index2(a, idx[0], idx[1]))
-        i = _put(out, i, D._wm_index2(a, idx[1], idx[0]))
-        i = _put(out, i, D._wm_index2(a, idx[1], idx[1]))
-        i = _put22(out, i, D.where(t, a, D.transpose(a)))
-        i = _put22(out, i, D.where(f, a, D.transpose(a)))
-        i = _put22(out, i, D.select(t, a, D.transpose(a)))
-        i = _put22(out, i, D.select(f, a, D.transpose(a)))
-        i = _put22(out, i, D.const(pm))
+        i = count[0]  # each part continues where the one before stopped
+        if wp.static(part == 0):
+            i = _put22(out, i, a)
+            i = _put4(out, i, D.seed(wp.vector(vin[0][0], vin[0][1], vin[1][0], vin[1][1]), 0))
+            i = _put(out, i, D.det(a))
+            i = _put22(out, i, D.inverse(a))
+            i = _put22(out, i, D.matmul(D.inverse(a), a))
+            i = _put22(out, i, D.transpose(a))
+            i = _put(out, i, D.trace(a))
+            i = _put(out, i, D.frobenius_sq(a))
+            i = _put22(out, i, D.matmul(a, a))
+            i = _put22(out, i, a * D.transpose(a))
+            i = _put22(out, i, D.matmul(a, pm))
+            i = _put22(out, i, D.matmul(pm, a))
+            dv = D.vec2(a.m11, a.m01)
+            i = _put2(out, i, D.matmul(a, dv))
+        if wp.static(part == 1):
+            dv = D.vec2(a.m11, a.m01)
+            i = _put2(out, i, a * q)
+            i = _put2(out, i, pm * dv)
+            i = _put22(out, i, add(a, D.transpose(a)))
+            i = _put22(out, i, sub(a, pm))
+            i = _put22(out, i, pm + a)
+            i = _put22(out, i, pm - a)
+            i = _put22(out, i, D._wm_neg(a))
+            i = _put22(out, i, mul(a, s))
+            i = _put22(out, i, s * a)
+            i = _put22(out, i, a * 1.5)
+            i = _put22(out, i, div(a, s))
+            i = _put22(out, i, a / 1.5)
+            i = _put22(out, i, a * D.det(a))
+            i = _put22(out, i, D.det(a) * a)
+        if wp.static(part == 2):
+            i = _put22(out, i, a / D.trace(a))
+            i = _put22(out, i, D.mat22(a.m00, s, a.m10, a.m11))
+            i = _put22(out, i, D.mat22_cols(D.vec2(a.m00, a.m10), q))
+            i = _put22(out, i, D.mat22_rows(q, D.vec2(a.m10, a.m11)))
+            i = _put22(out, i, D.mat22_cols(D.vec2(a.m00, a.m10), D.vec2(a.m01, a.m11)))
+            i = _put(out, i, D._wm_index2(a, idx[0], idx[0]))
+            i = _put(out, i, D._wm_index2(a, idx[0], idx[1]))
+            i = _put(out, i, D._wm_index2(a, idx[1], idx[0]))
+            i = _put(out, i, D._wm_index2(a, idx[1], idx[1]))
+            i = _put22(out, i, D.where(t, a, D.transpose(a)))
+            i = _put22(out, i, D.where(f, a, D.transpose(a)))
+            i = _put22(out, i, D.select(t, a, D.transpose(a)))
+            i = _put22(out, i, D.select(f, a, D.transpose(a)))
+            i = _put22(out, i, D.const(pm))
         count[0] = i
         plain[0] = q
 
@@ -1228,7 +1234,7 @@ def mat22_results(dtype: str, hessian: bool = True):
         wp.array([S0, 1.0], dtype=S),
         wp.array([0, 1], dtype=int),
     ]
-    return _run_case_kernel(mat22_kernel, D, dtype, M22_CASES, inputs, vec2)
+    return _run_case_kernel(mat22_kernel, D, dtype, M22_CASES, inputs, vec2, parts=3)
 
 
 @pytest.mark.parametrize("name", [c.name for c in M22_CASES])
@@ -1282,8 +1288,8 @@ M33_CASES = [
 ]
 
 
-def mat33_kernel(D):
-    """k = 9 kernel: every case of M33_CASES, in order."""
+def mat33_kernel(D, part):
+    """k = 9 kernels: every case of M33_CASES, in order, in 5 parts (see mat22_kernel)."""
     S = D.S
     add, sub, mul, div = D.add, D.sub, D.mul, D.div
     vec3 = wp.types.vector(length=3, dtype=S)
@@ -1309,38 +1315,45 @@ def mat33_kernel(D):
         s = sin[0]
         t = sin[1] > S(0.0)
         f = sin[1] < S(0.0)
-        i = int(0)
-        i = _put33(out, i, m)
-        i = _put33(out, i, D.mat33_rows(c0, c1, c2))
-        d = D.det(m)
-        i = _put(out, i, d)
-        mi = D.inverse(m)
-        i = _put33(out, i, mi)
-        i = _put33(out, i, mi * m)
-        i = _put33(out, i, mt)
-        i = _put(out, i, D.trace(m))
-        i = _put(out, i, D.frobenius_sq(m))
-        i = _put33(out, i, D.matmul(m, m))
-        i = _put33(out, i, D.matmul(m, pm))
-        i = _put33(out, i, pm * m)
-        i = _put3(out, i, m * c0)
-        i = _put3(out, i, D.matmul(m, q))
-        i = _put3(out, i, pm * c0)
-        i = _put33(out, i, D.mat33_cols(c0, q, c2))
-        i = _put33(out, i, D.mat33_rows(q, c1, q))
-        i = _put33(out, i, add(m, pm))
-        i = _put33(out, i, sub(m, mt))
-        i = _put33(out, i, D._wm_neg(m))
-        i = _put33(out, i, mul(s, m))
-        i = _put33(out, i, 1.5 * m)
-        i = _put33(out, i, div(m, d))
-        i = _put(out, i, D._wm_index2(m, idx[2], idx[1]))
-        i = _put(out, i, D._wm_index2(m, idx[0], idx[2]))
-        i = _put33(out, i, D.where(t, m, mt))
-        i = _put33(out, i, D.where(f, m, mt))
-        i = _put33(out, i, D.select(t, m, mt))
-        i = _put33(out, i, D.select(f, m, mt))
-        i = _put33(out, i, D.const(pm))
+        i = count[0]  # each part continues where the one before stopped
+        if wp.static(part == 0):
+            i = _put33(out, i, m)
+            i = _put33(out, i, D.mat33_rows(c0, c1, c2))
+            d = D.det(m)
+            i = _put(out, i, d)
+            mi = D.inverse(m)
+            i = _put33(out, i, mi)
+        if wp.static(part == 1):
+            mi = D.inverse(m)
+            i = _put33(out, i, mi * m)
+            i = _put33(out, i, mt)
+            i = _put(out, i, D.trace(m))
+            i = _put(out, i, D.frobenius_sq(m))
+            i = _put33(out, i, D.matmul(m, m))
+            i = _put33(out, i, D.matmul(m, pm))
+        if wp.static(part == 2):
+            i = _put33(out, i, pm * m)
+            i = _put3(out, i, m * c0)
+            i = _put3(out, i, D.matmul(m, q))
+            i = _put3(out, i, pm * c0)
+            i = _put33(out, i, D.mat33_cols(c0, q, c2))
+            i = _put33(out, i, D.mat33_rows(q, c1, q))
+            i = _put33(out, i, add(m, pm))
+        if wp.static(part == 3):
+            d = D.det(m)
+            i = _put33(out, i, sub(m, mt))
+            i = _put33(out, i, D._wm_neg(m))
+            i = _put33(out, i, mul(s, m))
+            i = _put33(out, i, 1.5 * m)
+            i = _put33(out, i, div(m, d))
+            i = _put(out, i, D._wm_index2(m, idx[2], idx[1]))
+        if wp.static(part == 4):
+            i = _put(out, i, D._wm_index2(m, idx[0], idx[2]))
+            i = _put33(out, i, D.where(t, m, mt))
+            i = _put33(out, i, D.where(f, m, mt))
+            i = _put33(out, i, D.select(t, m, mt))
+            i = _put33(out, i, D.select(f, m, mt))
+            i = _put33(out, i, D.const(pm))
         count[0] = i
         plain[0] = q
 
@@ -1358,7 +1371,7 @@ def mat33_results(dtype: str, hessian: bool = True):
         wp.array([S0, 1.0], dtype=S),
         wp.array([0, 1, 2], dtype=int),
     ]
-    return _run_case_kernel(mat33_kernel, D, dtype, M33_CASES, inputs, vec3)
+    return _run_case_kernel(mat33_kernel, D, dtype, M33_CASES, inputs, vec3, parts=5)
 
 
 @pytest.mark.parametrize("name", [c.name for c in M33_CASES])
