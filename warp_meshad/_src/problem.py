@@ -495,7 +495,8 @@ class Problem:
         if x.device != self.device:
             raise ValueError(f"{fn}({argname}=...) must be {want}; got device {x.device}")
 
-    def _launch(self, term: _Term, mode: str, extra: list):
+    def _inputs(self, term: _Term, mode: str, extra: list) -> list:
+        """Arguments of a term's kernel: elements, x (``extra[0]``), data, weight, ``extra[1:]``, offsets."""
         inputs = [term.elements, extra[0]]
         if term.data is not None:
             inputs.append(term.data)
@@ -503,8 +504,11 @@ class Problem:
         inputs += extra[1:]
         if mode not in ("residual", "jacobian"):
             inputs.append(self._layout.offsets[term.index])
+        return inputs
+
+    def _launch(self, term: _Term, mode: str, extra: list):
         if term.count:
-            wp.launch(self._kernel(term, mode), dim=term.count, inputs=inputs, device=self.device)
+            wp.launch(self._kernel(term, mode), dim=term.count, inputs=self._inputs(term, mode, extra), device=self.device)
 
     def _ensure_layout(self):
         """Per-term offsets into the element buffers, and the element-energy buffer."""
@@ -601,12 +605,11 @@ class Problem:
         for i, t in enumerate(self.terms):
             m = mode if (mode != "gauss_newton" or t.residual) else "hessian"
             ex = list(extra) if m == "hessian_proj" else []
+            extra_m = [x, lay.energy, g_out, *ex, t.slots, h_out]
             if plan is not None:
-                inputs = [t.elements, x] + ([t.data] if t.data is not None else []) + [self.dtype(t.weight)]
-                inputs += [lay.energy, g_out, *ex, t.slots, h_out, lay.offsets[t.index]]
-                self._launch_tiled(t, m, plan, i, inputs)
-                continue
-            self._launch(t, m, [x, lay.energy, g_out, *ex, t.slots, h_out])
+                self._launch_tiled(t, m, plan, i, self._inputs(t, m, extra_m))
+            else:
+                self._launch(t, m, extra_m)
         self._total_energy()
         if det:
             det.finish(self, grad=self._grad, hess=True)
