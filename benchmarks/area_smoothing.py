@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import traceback
 
 import numpy as np
 import warp as wp
 
-from benchmarks.common import time_checked, time_host, time_torch, time_warp, write
+from benchmarks.common import setup_run, time_checked, time_host, time_torch, time_warp, write
 
 NAME = "area_smoothing"
 TOLERANCE = 1e-4  # relative Frobenius error allowed between float32 methods
@@ -307,15 +306,7 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--methods", nargs="+", default=ALL, choices=ALL)
     args = ap.parse_args(argv)
-    wp.config.log_level = wp.LOG_WARNING
-    wp.init()
-    device = args.device or ("cuda:0" if wp.get_cuda_device_count() else "cpu")
-    if args.runs < 20:
-        print(f"--runs {args.runs} < 20: a smoke run, not a measurement (medians of >= 20 runs are reported)")
-    if not wp.get_device(device).is_cuda and "BENCH_OUT" not in os.environ:
-        # CPU numbers must not overwrite the committed GPU results
-        os.environ["BENCH_OUT"] = os.path.join(tempfile.gettempdir(), "bench_cpu")
-        print(f"CPU run without $BENCH_OUT: writing to {os.environ['BENCH_OUT']}")
+    device = setup_run(args.device, args.runs)
     records = []
     for n in args.sizes:
         try:

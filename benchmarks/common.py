@@ -164,3 +164,22 @@ def time_checked(benchmark, ready, errors, methods, runs, records, vertex_count,
         r = record(benchmark, m, vertex_count, dtype, times, device, check_rel_error=errors[m], **extras)
         records.append(r)
         print(f"   {m:{width}s} median {r['ms_median']:9.4f} ms  min {r['ms_min']:9.4f} ms")
+
+
+def setup_run(device_arg, runs: int) -> str:
+    """Initialize Warp and pick the device (the first CUDA device by default, else the CPU). Warns when ``runs``
+    is too few to be a measurement; a CPU run without ``$BENCH_OUT`` writes to a temporary folder, so CPU numbers
+    never overwrite the committed GPU results."""
+    import tempfile
+
+    import warp as wp
+
+    wp.config.log_level = wp.LOG_WARNING
+    wp.init()
+    device = device_arg or ("cuda:0" if wp.get_cuda_device_count() else "cpu")
+    if runs < 20:
+        print(f"--runs {runs} < 20: a smoke run, not a measurement (medians of >= 20 runs are reported)")
+    if not wp.get_device(device).is_cuda and "BENCH_OUT" not in os.environ:
+        os.environ["BENCH_OUT"] = os.path.join(tempfile.gettempdir(), "bench_cpu")
+        print(f"CPU run without $BENCH_OUT: writing to {os.environ['BENCH_OUT']}")
+    return device
