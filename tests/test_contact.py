@@ -290,10 +290,9 @@ def _ccd(kind, x0, dx, t_max=1.0, min_distance=0.0):
     rows = wp.array(np.arange(4 * m, dtype=np.int32).reshape(m, 4), dtype=wp.int32, device=DEVICE)
     toi = wp.zeros(m, dtype=wp.float64, device=DEVICE)
     t_min = wp.array([t_max], dtype=wp.float64, device=DEVICE)
-    kernel = contact._point_triangle_step if kind == "pt" else contact._edge_edge_step
     args = [wp.float64(min_distance), wp.float64(t_max), wp.float64(0.9), 100_000]
-    inputs = [_vec3(x0.reshape(-1, 3)), _vec3(dx.reshape(-1, 3)), rows, *args, toi, t_min]
-    wp.launch(kernel, m, inputs=inputs, device=DEVICE)
+    inputs = [_vec3(x0.reshape(-1, 3)), _vec3(dx.reshape(-1, 3)), rows, 0 if kind == "pt" else 1, *args, toi, t_min]
+    wp.launch(contact._pair_step, m, inputs=inputs, device=DEVICE)
     return toi.numpy()
 
 

@@ -229,10 +229,11 @@ def _edge_edge_candidates(
 
 
 @wp.kernel(enable_backward=False)
-def _point_triangle_step(
+def _pair_step(
     x: wp.array(dtype=wp.vec3d),
     dx: wp.array(dtype=wp.vec3d),
     pairs: wp.array2d(dtype=wp.int32),
+    edge_edge: int,
     min_distance: wp.float64,
     t_max: wp.float64,
     rescaling: wp.float64,
@@ -240,40 +241,22 @@ def _point_triangle_step(
     toi: wp.array(dtype=wp.float64),
     t_min: wp.array(dtype=wp.float64),
 ):
-    """One thread per point-triangle pair: its ACCD time of impact, and the running minimum."""
+    """One thread per pair (point-triangle ``p, a, b, c``, or with ``edge_edge`` edges ``a0, a1`` and
+    ``b0, b1``): its ACCD time of impact, and the running minimum."""
     k = wp.tid()
-    p = pairs[k, 0]
-    a = pairs[k, 1]
-    b = pairs[k, 2]
-    c = pairs[k, 3]
-    t = point_triangle_ccd(
-        x[p], x[a], x[b], x[c], dx[p], dx[a], dx[b], dx[c], min_distance, t_max, rescaling, max_iterations
-    )
-    toi[k] = t
-    wp.atomic_min(t_min, 0, t)
-
-
-@wp.kernel(enable_backward=False)
-def _edge_edge_step(
-    x: wp.array(dtype=wp.vec3d),
-    dx: wp.array(dtype=wp.vec3d),
-    pairs: wp.array2d(dtype=wp.int32),
-    min_distance: wp.float64,
-    t_max: wp.float64,
-    rescaling: wp.float64,
-    max_iterations: int,
-    toi: wp.array(dtype=wp.float64),
-    t_min: wp.array(dtype=wp.float64),
-):
-    """One thread per edge-edge pair: its ACCD time of impact, and the running minimum."""
-    k = wp.tid()
-    a0 = pairs[k, 0]
-    a1 = pairs[k, 1]
-    b0 = pairs[k, 2]
-    b1 = pairs[k, 3]
-    t = edge_edge_ccd(
-        x[a0], x[a1], x[b0], x[b1], dx[a0], dx[a1], dx[b0], dx[b1], min_distance, t_max, rescaling, max_iterations
-    )
+    i0 = pairs[k, 0]
+    i1 = pairs[k, 1]
+    i2 = pairs[k, 2]
+    i3 = pairs[k, 3]
+    t = t_max
+    if edge_edge != 0:
+        t = edge_edge_ccd(
+            x[i0], x[i1], x[i2], x[i3], dx[i0], dx[i1], dx[i2], dx[i3], min_distance, t_max, rescaling, max_iterations
+        )
+    else:
+        t = point_triangle_ccd(
+            x[i0], x[i1], x[i2], x[i3], dx[i0], dx[i1], dx[i2], dx[i3], min_distance, t_max, rescaling, max_iterations
+        )
     toi[k] = t
     wp.atomic_min(t_min, 0, t)
 
@@ -596,10 +579,7 @@ def max_step(
     dx = _as_positions(dx, "dx", device, n)
     t_min = wp.array([t_max], dtype=wp.float64, device=device)
     args = [wp.float64(min_distance), wp.float64(t_max), wp.float64(rescaling), int(max_iterations)]
-    for pairs, kernel, what in (
-        (point_triangle, _point_triangle_step, "point_triangle"),
-        (edge_edge, _edge_edge_step, "edge_edge"),
-    ):
+    for pairs, edge_edge, what in ((point_triangle, 0, "point_triangle"), (edge_edge, 1, "edge_edge")):
         if pairs is None:
             continue
         rows = _as_index_rows(pairs, 4, f"max_step({what}=...)", device, None)
@@ -607,7 +587,7 @@ def max_step(
         if m == 0:
             continue
         toi = wp.empty(m, dtype=wp.float64, device=device)
-        wp.launch(kernel, m, inputs=[x, dx, rows, *args, toi, t_min], device=device)
+        wp.launch(_pair_step, m, inputs=[x, dx, rows, edge_edge, *args, toi, t_min], device=device)
     return float(t_min.numpy()[0])
 
 
