@@ -3,9 +3,13 @@
 # run one stage: `tests`, `bench` (all benchmarks), or any command given after `--`.
 set -u
 cd "$(dirname "$0")/.."
-if [ -f .gpu/warpcache.tar.xz ] && [ ! -d /tmp/warpcache ]; then
-  python3 -c "import tarfile; tarfile.open('.gpu/warpcache.tar.xz').extractall('/tmp')"  # kernels compiled before
-fi
+# kernels compiled before: carried as .gpu/warpcache.tar.xz (or copied to /tmp/gpu/ by an earlier call), from this
+# host's `cache` stage of an earlier session or from `python -m benchmarks.aot_cuda` on a machine without a GPU
+for cache in .gpu/warpcache.tar.xz /tmp/gpu/warpcache.tar.xz; do
+  if [ -f "$cache" ] && [ ! -d /tmp/warpcache ]; then
+    python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall('/tmp')" "$cache"
+  fi
+done
 if [ ! -d /tmp/site/warp ]; then
   cat /tmp/gpu/site.part* > /tmp/gpu/site.tar.xz &&
   mkdir -p /tmp/site &&

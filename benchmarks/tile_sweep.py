@@ -2,19 +2,22 @@
 
     python -m benchmarks.tile_sweep --n 1000
 
-Prints the median time of ``Problem.assemble_hessian`` (CUDA graph) for each (block_dim, shared bytes) pair, on
-the grid numbering and on a Morton numbering, and writes ``tile_sweep.json``. The defaults of
-``warp_meshad._src.tiled`` come from this sweep.
+Prints the median time of ``Problem.assemble_hessian`` (CUDA graph) for each setting of the knobs of
+``warp_meshad._src.tiled`` (threads per block, shared memory per tile, write-out of the tile by number or by
+block, thread blocks per SM asked of the compiler), on the grid numbering (``--morton 1``: Morton numbering),
+and writes ``tile_sweep.json``. Each setting's Hessian is first compared with the atomic assembly's. The defaults
+of ``warp_meshad._src.tiled`` come from this sweep.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import warp as wp
 
 from benchmarks.common import record, time_warp, write
-from benchmarks.mass_spring import build
+from benchmarks.mass_spring import build, rel
 
 NAME = "tile_sweep"
 
@@ -24,34 +27,48 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--device", default=None)
     ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--block-dims", type=int, nargs="+", default=[64, 128, 256, 512])
-    ap.add_argument("--shared-kb", type=int, nargs="+", default=[9, 18, 36])
+    ap.add_argument("--block-dims", type=int, nargs="+", default=[128, 256, 512])
+    ap.add_argument("--shared-kb", type=int, nargs="+", default=[18, 36])
+    ap.add_argument("--stores", nargs="+", default=["number", "block"], choices=["number", "block"])
+    ap.add_argument("--min-blocks", type=int, nargs="+", default=[0, 4], help="0: no __launch_bounds__")
+    ap.add_argument("--morton", type=int, nargs="+", default=[0], help="1: vertices in Morton order")
     args = ap.parse_args(argv)
     wp.config.log_level = wp.LOG_WARNING
     wp.init()
     device = args.device or ("cuda:0" if wp.get_cuda_device_count() else "cpu")
     from warp_meshad._src import tiled
 
+    defaults = (tiled.TILE_BLOCK_DIM, tiled._SHARED_BYTES, tiled.TILE_STORE, tiled.TILE_MIN_BLOCKS)
     records = []
-    for morton in (False, True):
-        for kb in args.shared_kb:
-            for bd in args.block_dims:
-                tiled.TILE_BLOCK_DIM, tiled._SHARED_BYTES = bd, kb * 1024
-                try:
-                    mesh, _, _, problem, _, x = build(args.n, device, assembly="tiled", morton=morton)
-                    problem.assemble_hessian(x)
-                    plan = problem._tiles[1]
-                    times = time_warp(lambda: problem.assemble_hessian(x), device, args.runs)
-                    r = record(NAME, f"tiled_bd{bd}_{kb}kb{'_morton' if morton else ''}", mesh.vertex_count, "float32",
-                               times, str(wp.get_device(device)), block_dim=bd, shared_kb=kb, morton=morton,
-                               patches=plan.patch_count, evaluations_per_element=plan.evaluations[0] / mesh.edge_count)
-                    records.append(r)
-                    print(f"morton={morton} shared={kb:3d} KB block_dim={bd:4d}: {r['ms_median']:.4f} ms "
-                          f"({plan.patch_count} patches, {r['evaluations_per_element']:.3f} evaluations per spring)",
-                          flush=True)
-                except Exception as exc:  # a configuration the device refuses: report and go on
-                    print(f"morton={morton} shared={kb} KB block_dim={bd}: failed: {exc}", flush=True)
-    write(NAME, records)
+    for morton in map(bool, args.morton):
+        mesh, _, _, problem, _, x = build(args.n, device, assembly="atomic", morton=morton)
+        problem.assemble_hessian(x)
+        ref = problem._hess.values.numpy().copy()
+        problem.assembly = "tiled"
+        for kb, bd, store, mb in itertools.product(args.shared_kb, args.block_dims, args.stores, args.min_blocks):
+            tiled.TILE_BLOCK_DIM, tiled._SHARED_BYTES, tiled.TILE_STORE, tiled.TILE_MIN_BLOCKS = bd, kb * 1024, store, mb
+            problem._tiles = None  # new plan and kernels for these knobs
+            for t in problem.terms:
+                t.kernels.clear()
+            what = f"morton={int(morton)} shared={kb:3d} KB block_dim={bd:4d} store={store:6s} min_blocks={mb}"
+            try:
+                problem.assemble_hessian(x)
+                err = rel(problem._hess.values.numpy(), ref)
+                if not err < 1e-5:
+                    raise RuntimeError(f"Hessian differs from the atomic assembly's: relative error {err:.2e}")
+                plan = problem._tiles[1]
+                times = time_warp(lambda: problem.assemble_hessian(x), device, args.runs)
+                method = f"tiled_bd{bd}_{kb}kb_{store}" + (f"_min{mb}" if mb else "") + ("_morton" if morton else "")
+                r = record(NAME, method, mesh.vertex_count, "float32", times, str(wp.get_device(device)), block_dim=bd,
+                           shared_kb=kb, store=store, rel_error=err, min_blocks=mb, morton=morton, patches=plan.patch_count,
+                           evaluations_per_element=plan.evaluations[0] / mesh.edge_count)
+                records.append(r)
+                print(f"{what}: {r['ms_median']:.4f} ms ({plan.patch_count} patches, "
+                      f"{r['evaluations_per_element']:.3f} evaluations per spring)", flush=True)
+            except Exception as exc:  # a configuration the device refuses: report and go on
+                print(f"{what}: failed: {exc}", flush=True)
+            write(NAME, records)
+    tiled.TILE_BLOCK_DIM, tiled._SHARED_BYTES, tiled.TILE_STORE, tiled.TILE_MIN_BLOCKS = defaults
 
 
 if __name__ == "__main__":

@@ -51,6 +51,14 @@ def test_parse_set_nested_yaml_values():
         parse_set(["steps5"])
 
 
+def test_exponent_without_a_dot_is_a_number(tmp_path):
+    # PyYAML follows YAML 1.1, where 1e-4 is a string; configs and --set read it as the number a user means
+    assert parse_set(["a=1e-4", "b=-2E+3", "c=[1e3, 2]", "d=1.5", "e=1e-4x"]) == {
+        "a": 1e-4, "b": -2000.0, "c": [1000.0, 2], "d": 1.5, "e": "1e-4x"}
+    c = load_config(write_config(tmp_path, "app: cloth\ntime_step: 1e-3\n"))
+    assert c.time_step == 1e-3
+
+
 @pytest.mark.parametrize(
     "text, key, fragment",
     [

@@ -310,10 +310,29 @@ def _yaml():
     return yaml
 
 
+_FLOAT = r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF)|[-+]\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"""
+_LOADER = None
+
+
+def _load_yaml(text: str):
+    """``yaml.safe_load`` that also reads ``1e-3`` as a number (YAML 1.1, PyYAML's default, wants ``1.0e-3``)."""
+    global _LOADER
+    yaml = _yaml()
+    if _LOADER is None:
+
+        class Loader(yaml.SafeLoader):
+            pass
+
+        Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+        Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(_FLOAT), list("-+0123456789."))
+        _LOADER = Loader
+    return yaml.load(text, Loader=_LOADER)
+
+
 def _yaml_value(text: str, key: str):
     yaml = _yaml()
     try:
-        return yaml.safe_load(text) if text.strip() else ""
+        return _load_yaml(text) if text.strip() else ""
     except yaml.YAMLError as exc:
         raise ConfigError("--set", key, f"cannot parse value {text!r}: {exc}") from None
 
@@ -356,7 +375,7 @@ def load_config(path, overrides: dict | None = None, test: bool = False, flags: 
     where = str(p)
     yaml = _yaml()
     try:
-        data = yaml.safe_load(p.read_text())
+        data = _load_yaml(p.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(where, None, f"not valid YAML (only plain data is accepted; tags that build objects are "
                                        f"refused): {exc}") from None

@@ -150,6 +150,7 @@ class Problem:
         self._grad = wp.zeros(self.variable_count, dtype=self.variable_type, device=self.device)
         self._hv = None
         self._hess = None
+        self._hflat = None
         self._pattern = None
         self._jac = None
         self._res = None
@@ -382,8 +383,12 @@ class Problem:
         if kern is None:
             det = self.deterministic and mode not in ("residual", "jacobian")
             unrolled = mode == "hessian_proj" and self._unrolled(term.spec.k)
+            tiling = {}
+            if tile_cap:
+                mb = _tiled.TILE_MIN_BLOCKS
+                tiling = dict(tile_store=_tiled.TILE_STORE, tile_launch_bounds=(_tiled.TILE_BLOCK_DIM, mb) if mb else None)
             key = (
-                id(term.energy), mode, det, unrolled, tile_cap, term.spec.signature(),
+                id(term.energy), mode, det, unrolled, tile_cap, tuple(tiling.values()), term.spec.signature(),
                 term.data_type.key if term.data_type else "",
             )  # fmt: skip
             hit = _KERNELS.get(key)
@@ -391,7 +396,7 @@ class Problem:
                 suffix = ("_det" if det else "") + ("_unrolled" if unrolled else "") + ("_tiled" if tile_cap else "")
                 module = self._module(term, mode + suffix)
                 fn, ns = self._instance(term, mode, module)
-                kern = make_kernel(term.spec, mode, fn, ns, term.data_type, term.label, det, unrolled, tile_cap)
+                kern = make_kernel(term.spec, mode, fn, ns, term.data_type, term.label, det, unrolled, tile_cap, **tiling)
                 hit = (kern, term.energy)
                 _KERNELS[key] = hit  # holding the energy keeps its id from being reused
             kern = hit[0]
@@ -602,6 +607,8 @@ class Problem:
             self._hess.values.zero_()
         det = self._ensure_det(True) if self.deterministic and plan is None else None
         g_out, h_out = (det.grad, det.hess) if det else (self._grad, self._hess.values)
+        if plan is not None and self.variable_dim > 1 and _tiled.TILE_STORE == "number":
+            h_out = self._flat_values()
         for i, t in enumerate(self.terms):
             m = mode if (mode != "gauss_newton" or t.residual) else "hessian"
             ex = list(extra) if m == "hessian_proj" else []
@@ -613,6 +620,13 @@ class Problem:
         self._total_energy()
         if det:
             det.finish(self, grad=self._grad, hess=True)
+
+    def _flat_values(self):
+        """The Hessian's BSR values as one flat array of numbers (a view; the tiled kernels' output)."""
+        vals = self._hess.values
+        if self._hflat is None or self._hflat[0] is not vals:
+            self._hflat = (vals, vals.view(self.dtype).flatten())
+        return self._hflat[1]
 
     def _eval_hessian(self, x, fn, mode, extra=()):
         self._launch_hessian(x, fn, mode, extra)

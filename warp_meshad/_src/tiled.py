@@ -20,6 +20,9 @@ __all__ = ["TilePlan", "build_tile_plan", "tile_capacity", "TILE_BLOCK_DIM"]
 
 TILE_BLOCK_DIM = 256
 _SHARED_BYTES = 36 * 1024  # shared memory per thread block used by the tile
+TILE_STORE = "number"  # write-out of d x d blocks: a thread per number ("number") or per block ("block")
+TILE_MIN_BLOCKS = 0  # > 0: thread blocks per SM asked of the CUDA compiler (caps registers)
+# (the knobs above are swept by benchmarks/tile_sweep.py; the defaults are its fastest measured setting)
 
 
 def tile_capacity(block_type, var_type=None) -> int:
