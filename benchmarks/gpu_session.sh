@@ -37,8 +37,15 @@ case "$stage" in
     OUT="$OUTDIR" WARP_MESHAD_TEST_DEVICE=cuda:0 timeout "${TESTS_S:-540}" python3 -m pytest -q -rs -p no:cacheprovider \
       -p no:benchmark -p benchmarks.pytest_outcomes "${xdist[@]}" "$@" > "$OUTDIR/gpu_tests.log" 2>&1
     echo "tests rc $?"
-    cat "$OUTDIR"/outcomes_*.txt 2>/dev/null | awk '{print $1}' | sort | uniq -c
-    cat "$OUTDIR"/outcomes_*.txt 2>/dev/null | sort -k3 -t' ' -rn | head -15
+    # one file each for the workers' outcomes and failures: only a few files come back from a call
+    for kind in outcomes fails; do
+      if ls "$OUTDIR"/${kind}_*.txt >/dev/null 2>&1; then
+        cat "$OUTDIR"/${kind}_*.txt > "$OUTDIR/$kind.txt" && rm -f "$OUTDIR"/${kind}_*.txt
+      fi
+    done
+    awk '{print $1}' "$OUTDIR/outcomes.txt" 2>/dev/null | sort | uniq -c
+    sort -k3 -t' ' -rn "$OUTDIR/outcomes.txt" 2>/dev/null | head -15
+    grep -h "^E  .*Error" "$OUTDIR/fails.txt" 2>/dev/null | sort | uniq -c | sort -rn | head -20
     ;;
   cache)
     # the compiled kernels, to carry into the next session (saves the NVRTC compiles: minutes for the shells)

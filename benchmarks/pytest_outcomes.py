@@ -1,6 +1,7 @@
 """pytest plugin for device runs: every test's outcome and duration, and each failure's traceback, are appended to
 files under ``$OUT`` as they happen, so a run stopped by a time limit still says what ran, what failed and what was
-slow (``-p benchmarks.pytest_outcomes``; one file per process, so it works with pytest-xdist)."""
+slow (``-p benchmarks.pytest_outcomes``). With pytest-xdist the controller writes them (it receives every worker's
+reports); the workers write nothing, so each test is listed once."""
 
 import os
 
@@ -10,6 +11,8 @@ def _path(kind: str) -> str:
 
 
 def pytest_runtest_logreport(report):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     if report.when == "call" or report.failed or report.skipped:
         with open(_path("outcomes"), "a") as f:
             f.write(f"{report.outcome} {report.when} {report.duration:.1f}s {report.nodeid}\n")

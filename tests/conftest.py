@@ -8,6 +8,8 @@ import warp as wp
 
 wp.config.log_level = wp.LOG_WARNING
 wp.init()
+# the device of the tests' own kernels (launched without a device) is the one the library is tested on
+wp.set_device(os.environ.get("WARP_MESHAD_TEST_DEVICE", "cpu"))
 
 ASSETS = pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes"
 

@@ -79,3 +79,20 @@ def test_baselines_agree_when_installed(baseline, device):
     _, errors = param_hvp.check(hvp_case, ["warp_meshad", baseline], verbose=False)
     if baseline in errors:
         assert errors[baseline] <= 1e-5
+
+
+def test_shells_pile_resumes_where_it_stopped(device, tmp_path, monkeypatch):
+    """A run continued from a checkpoint ends where an uninterrupted run does (the lent GPU host stops a command
+    after 10 minutes; spot_pile takes longer)."""
+    from benchmarks import shells_pile
+
+    monkeypatch.setenv("BENCH_OUT", str(tmp_path / "out"))
+    base = ["--config", "shells/spot_drop", "--device", device, "--set", "layout=[1,1,1]", "iterations=3"]
+    shells_pile.main(base + ["--steps", "1", "--checkpoint", str(tmp_path / "a")])
+    resumed = shells_pile.main(base + ["--steps", "2", "--checkpoint", str(tmp_path / "a")])
+    whole = shells_pile.main(base + ["--steps", "2", "--checkpoint", str(tmp_path / "b")])
+    assert resumed["resumed_at"] == 1 and resumed["steps_taken"] == 2 and whole["resumed_at"] == 0
+    a, b = np.load(tmp_path / "a" / "state.npz"), np.load(tmp_path / "b" / "state.npz")
+    assert int(a["steps_done"]) == int(b["steps_done"]) == 2
+    np.testing.assert_allclose(a["x"], b["x"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a["v"], b["v"], rtol=0, atol=1e-9)

@@ -38,9 +38,11 @@ NP_DTYPES = {"float32": np.float32, "float64": np.float64}
 TOL = {"float32": (1e-4, 1e-5), "float64": (1e-10, 1e-12)}
 # float64 AD (and closed forms) against central differences
 FD_TOL = (1e-7, 1e-8)
-# each test kernel runs once on one thread: -O0 compiles the long straight-line dual code in seconds, where -O2
-# takes minutes for the k = 6 vector kernel
-KERNEL_OPTIONS = {"optimization_level": 0}
+# each test kernel runs once on one thread. On the CPU, -O0 compiles the long straight-line dual code in seconds,
+# where -O2 takes minutes for the k = 6 vector kernel. On CUDA, -O0 leaves ~200 KB of locals per thread (float64
+# vector kernel), which the driver reserves for every thread the GPU can hold (~50 GB on an H200: launches fail
+# with "out of memory"), while full optimization compiles in ~12 s and keeps everything in registers.
+KERNEL_OPTIONS = {"optimization_level": 0} if wp.get_device().is_cpu else {}
 
 
 # ------------------------------------------------------------------------------------------------------------

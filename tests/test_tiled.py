@@ -29,6 +29,17 @@ def wavy_triangle(e: int, a: Any, b: Any, c: Any):
     return ad.log(ad.length_sq(n) + 1.0) + ad.sin(a[0] * b.y) * c.z
 
 
+@wp.struct
+class Springs32:
+    rest: wp.array(dtype=wp.float32)
+
+
+@wp.func
+def spring32(e: int, xa: Any, xb: Any, data: Springs32):
+    d = ad.length(xa - xb) - data.rest[e]
+    return 2.0 * d * d
+
+
 def build(mesh, device, assembly):
     data = Springs()
     data.rest = wp.array(0.8 * mesh.edge_lengths(), dtype=wp.float64, device=device)
@@ -238,6 +249,8 @@ print("ALL LANES OK")
 
 def test_tiled_kernels_with_every_lane_of_a_block_running():
     """The cooperative code (tile scatter, rounds, write-out loops) with 32 lanes per block (CPU fibers)."""
+    if not wp.is_cpu_available():
+        pytest.skip("CPU fiber mode needs Warp's CPU compiler, which this Warp build lacks")
     import os
     import pathlib
     import subprocess
@@ -247,3 +260,29 @@ def test_tiled_kernels_with_every_lane_of_a_block_running():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here), str(here.parent), os.environ.get("PYTHONPATH", "")]))
     res = subprocess.run([sys.executable, "-c", _ALL_LANES], capture_output=True, text=True, env=env, timeout=900)
     assert res.returncode == 0 and "ALL LANES OK" in res.stdout, res.stdout[-2000:] + res.stderr[-4000:]
+
+
+def test_tile_write_out_by_number_or_block_and_register_cap(device, monkeypatch):
+    """Both write-outs of the tile give the atomic assembly's Hessian (float32 springs, k = 6); such a kernel asks
+    the CUDA compiler for 4 blocks per SM, a float64 one (whose dual Hessian would spill under the cap) for none."""
+    from warp_meshad._src import tiled
+
+    mesh = wm.TriMesh.grid(24, 20)
+    x = wp.array(positions(mesh, 1).astype(np.float32), dtype=wp.vec3f, device=device)
+
+    def springs32(assembly):
+        p = wm.Problem(mesh.vertex_count, 3, dtype=wp.float32, device=device, assembly=assembly)
+        data = Springs32()
+        data.rest = wp.array(0.8 * mesh.edge_lengths().astype(np.float32), device=device)
+        p.add_term(mesh.edges, spring32, data)
+        return p
+
+    ref = wm.to_scipy(springs32("atomic").assemble_hessian(x)[2]).toarray()
+    for store in ("number", "block"):
+        monkeypatch.setattr(tiled, "TILE_STORE", store)
+        p = springs32("tiled")
+        np.testing.assert_allclose(wm.to_scipy(p.assemble_hessian(x)[2]).toarray(), ref, rtol=2e-5, atol=1e-4)
+        kern = p.terms[0].kernels[("hessian", p._tiles[1].cap)]
+        assert kern.options["launch_bounds"] == (tiled.TILE_BLOCK_DIM, tiled.TILE_MIN_BLOCKS)
+    assert tiled.min_blocks(6, wp.float32) == tiled.TILE_MIN_BLOCKS > 0
+    assert tiled.min_blocks(6, wp.float64) == tiled.min_blocks(9, wp.float32) == 0

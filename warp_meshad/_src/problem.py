@@ -163,10 +163,11 @@ class Problem:
         self._det = None
         self._layout = None
         # per-element PSD projection with literal indices (registers instead of local memory): None picks
-        # it for k <= 6 (mass-spring k = 6 float32 on an H200: 63 -> 13.9 ms; for k = 9 and 12 in float64,
-        # ptxas puts 2.3-3.5x more spill bytes in the unrolled kernels than in the loop ones, see
-        # benchmarks/results/kernel_resources.json; and they take long to compile); True / False force it
-        # (up to k = 12)
+        # it on GPUs for k <= 12 and on the CPU for k <= 6 (larger ones take long to compile there); True /
+        # False force it (up to k = 12). On an H200 it is faster even where ptxas reports more spill bytes
+        # for it (k = 9, 12 in float64, benchmarks/results/kernel_resources.json): spot_pile's derivatives
+        # and assembly took 0.86 s per two-iteration step with it and 2.28 s with the loop (Jacobi sweeps
+        # indexing local arrays at run time); mass-spring (k = 6, float32) 13.9 instead of 63 ms
         self.unrolled_projection = None
 
     # ------------------------------------------------------------------------------------------
@@ -385,7 +386,7 @@ class Problem:
             unrolled = mode == "hessian_proj" and self._unrolled(term.spec.k)
             tiling = {}
             if tile_cap:
-                mb = _tiled.TILE_MIN_BLOCKS
+                mb = _tiled.min_blocks(term.spec.k, self.dtype)
                 tiling = dict(tile_store=_tiled.TILE_STORE, tile_launch_bounds=(_tiled.TILE_BLOCK_DIM, mb) if mb else None)
             key = (
                 id(term.energy), mode, det, unrolled, tile_cap, tuple(tiling.values()), term.spec.signature(),
@@ -406,7 +407,7 @@ class Problem:
     def _unrolled(self, k: int) -> bool:
         if self.unrolled_projection is not None:
             return bool(self.unrolled_projection) and k <= 12
-        return k <= 6
+        return k <= (12 if self.device.is_cuda else 6)
 
     def _probe_return_type(self, term: _Term, what: str, argname: str):
         """Generate code (no compilation) for a kernel that calls the energy once; read its return type."""

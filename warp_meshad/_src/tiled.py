@@ -16,13 +16,15 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-__all__ = ["TilePlan", "build_tile_plan", "tile_capacity", "TILE_BLOCK_DIM"]
+__all__ = ["TilePlan", "build_tile_plan", "min_blocks", "tile_capacity", "TILE_BLOCK_DIM"]
 
 TILE_BLOCK_DIM = 256
 _SHARED_BYTES = 36 * 1024  # shared memory per thread block used by the tile
 TILE_STORE = "number"  # write-out of d x d blocks: a thread per number ("number") or per block ("block")
-TILE_MIN_BLOCKS = 0  # > 0: thread blocks per SM asked of the CUDA compiler (caps registers)
-# (the knobs above are swept by benchmarks/tile_sweep.py; the defaults are its fastest measured setting)
+TILE_MIN_BLOCKS = 4  # > 0: thread blocks per SM asked of the CUDA compiler (caps registers), see min_blocks()
+# (the knobs above are swept by benchmarks/tile_sweep.py; the defaults are its fastest measured setting: H200,
+# mass-spring 1000x1000, float32: 0.436 ms with 4 blocks per SM, 0.520 ms without, 0.646 ms storing by block)
+_MIN_BLOCKS_MAX_HESSIAN_BYTES = 36 * 4  # see min_blocks()
 
 
 def tile_capacity(block_type, var_type=None) -> int:
@@ -32,6 +34,19 @@ def tile_capacity(block_type, var_type=None) -> int:
     if var_type is not None:
         size += wp.types.type_size_in_bytes(var_type)
     return max(16, _SHARED_BYTES // size)
+
+
+def min_blocks(k: int, scalar_type) -> int:
+    """Thread blocks per SM asked of the compiler for a tiled kernel of an element with ``k`` variables.
+
+    :data:`TILE_MIN_BLOCKS` where an element's dual Hessian (``k * k`` numbers) fits in 36 registers
+    (float32 and k <= 6, as mass-spring, measured): there the cap (64 registers for 4 blocks of 256
+    threads) costs a few spilled bytes and raises occupancy from 3 to 4 blocks per SM. Larger elements
+    would spill most of their Hessian under that cap, so they get no cap (0).
+    """
+    if k * k * wp.types.type_size_in_bytes(scalar_type) > _MIN_BLOCKS_MAX_HESSIAN_BYTES:
+        return 0
+    return int(TILE_MIN_BLOCKS)
 
 
 class TilePlan:
