@@ -9,8 +9,9 @@ compiled with Warp's NVRTC for ``--arch`` (default 90, as CUBIN: the H200's driv
 NVRTC of warp-lang 1.19, so Warp loads CUBIN there) into ``$WARP_CACHE_PATH``. Packed into
 ``.gpu/warpcache.tar.xz`` (``--pack``), ``gpu_session.sh`` unpacks it as the GPU host's kernel cache, and kernels
 whose source and options match load there without compiling (NVRTC compiles of the float64 shells kernels took
-about 150 s of device time). A module the GPU run builds differently (another block size, for instance: tiled
-kernels run one lane per block on the CPU) just compiles there as before.
+about 150 s of device time). Kernel choices that depend on the device are made as on CUDA (the unrolled PSD
+projection up to k = 12). A module the GPU run builds differently (another block size, for instance: tiled kernels
+run one lane per block on the CPU) just compiles there as before.
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ def _hook(arch: int):
         return exe
 
     context.Module.load = load
+
+    from warp_meshad._src.problem import Problem
+
+    unrolled = Problem._unrolled
+
+    def unrolled_as_on_cuda(self, k):  # Problem._unrolled's default on a CUDA device: up to k = 12
+        return k <= 12 if self.unrolled_projection is None else unrolled(self, k)
+
+    Problem._unrolled = unrolled_as_on_cuda
 
 
 def pack(cache: str, out: str):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run on the lent GPU host (see README "GPU runs"): unpack the carried Warp/cuDSS bundle once, then
-# run one stage: `tests`, `bench` (all benchmarks), or any command given after `--`.
+# run one stage: `tests`, `pile` (spot_pile, resumable), `bench` (mass-spring), `cache`, or any command after `--`.
 set -u
 cd "$(dirname "$0")/.."
 # kernels compiled before: carried as .gpu/warpcache.tar.xz (or copied to /tmp/gpu/ by an earlier call), from this
@@ -50,6 +50,11 @@ case "$stage" in
   cache)
     # the compiled kernels, to carry into the next session (saves the NVRTC compiles: minutes for the shells)
     tar -cf - -C /tmp warpcache | xz -T8 -3 > "$OUTDIR/warpcache.tar.xz" && ls -la "$OUTDIR/warpcache.tar.xz"
+    ;;
+  pile)
+    # spot_pile, resumable: a second call with the machine still warm continues after the last finished step
+    BENCH_OUT="$OUTDIR" timeout "${PILE_S:-570}" python3 -m benchmarks.shells_pile --steps "${STEPS:-20}" \
+      --checkpoint /tmp/pile_ckpt "$@" 2>&1 | tee "$OUTDIR/pile.log" | grep -v "^\[" | tail -30
     ;;
   bench)
     BENCH_OUT="$OUTDIR" python3 -m benchmarks.mass_spring "$@" 2>&1 | tee "$OUTDIR/bench_mass_spring.log"

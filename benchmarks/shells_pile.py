@@ -42,7 +42,8 @@ def main(argv=None):
     ap.add_argument("--set", nargs="*", default=[], help="config overrides key=value")
     ap.add_argument("--checkpoint", default=None, help="folder: save the state after every step, resume from it")
     args = ap.parse_args(argv)
-    wp.config.log_level = wp.LOG_WARNING
+    # Warp prints each module load, "(compiled)" or "(cached)", so a compile inside a step shows in the log
+    wp.config.log_level = wp.LOG_INFO
     from warp_meshad._src.app import app_class, load_config, parse_set
 
     flags = {"--steps": {"steps": args.steps}}
