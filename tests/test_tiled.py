@@ -286,3 +286,4 @@ def test_tile_write_out_by_number_or_block_and_register_cap(device, monkeypatch)
         assert kern.options["launch_bounds"] == (tiled.TILE_BLOCK_DIM, tiled.TILE_MIN_BLOCKS)
     assert tiled.min_blocks(6, wp.float32) == tiled.TILE_MIN_BLOCKS > 0
     assert tiled.min_blocks(6, wp.float64) == tiled.min_blocks(9, wp.float32) == 0
+    assert tiled.min_blocks(6, wp.float32, projected=True) == 0

@@ -386,7 +386,7 @@ class Problem:
             unrolled = mode == "hessian_proj" and self._unrolled(term.spec.k)
             tiling = {}
             if tile_cap:
-                mb = _tiled.min_blocks(term.spec.k, self.dtype)
+                mb = _tiled.min_blocks(term.spec.k, self.dtype, projected=mode == "hessian_proj")
                 tiling = dict(tile_store=_tiled.TILE_STORE, tile_launch_bounds=(_tiled.TILE_BLOCK_DIM, mb) if mb else None)
             key = (
                 id(term.energy), mode, det, unrolled, tile_cap, tuple(tiling.values()), term.spec.signature(),

@@ -36,15 +36,17 @@ def tile_capacity(block_type, var_type=None) -> int:
     return max(16, _SHARED_BYTES // size)
 
 
-def min_blocks(k: int, scalar_type) -> int:
+def min_blocks(k: int, scalar_type, projected: bool = False) -> int:
     """Thread blocks per SM asked of the compiler for a tiled kernel of an element with ``k`` variables.
 
     :data:`TILE_MIN_BLOCKS` where an element's dual Hessian (``k * k`` numbers) fits in 36 registers
     (float32 and k <= 6, as mass-spring, measured): there the cap (64 registers for 4 blocks of 256
-    threads) costs a few spilled bytes and raises occupancy from 3 to 4 blocks per SM. Larger elements
-    would spill most of their Hessian under that cap, so they get no cap (0).
+    threads) costs a few spilled bytes (44 per thread for mass-spring) and raises occupancy from 3 to
+    4 blocks per SM. Larger elements would spill most of their Hessian under that cap, and so would a
+    ``projected`` kernel (the eigen-decomposition: 126 registers, 780 bytes spilled under the cap for
+    mass-spring): they get no cap (0).
     """
-    if k * k * wp.types.type_size_in_bytes(scalar_type) > _MIN_BLOCKS_MAX_HESSIAN_BYTES:
+    if projected or k * k * wp.types.type_size_in_bytes(scalar_type) > _MIN_BLOCKS_MAX_HESSIAN_BYTES:
         return 0
     return int(TILE_MIN_BLOCKS)
 
