@@ -47,12 +47,12 @@ def _hook(arch: int):
 
     context.Module.load = load
 
-    from warp_meshad._src.problem import Problem
+    from warp_meshad._src.problem import Problem, unrolled_default
 
     unrolled = Problem._unrolled
 
-    def unrolled_as_on_cuda(self, k):  # Problem._unrolled's default on a CUDA device: up to k = 12
-        return k <= 12 if self.unrolled_projection is None else unrolled(self, k)
+    def unrolled_as_on_cuda(self, k):  # Problem._unrolled's default as on a CUDA device
+        return unrolled_default(k, cuda=True) if self.unrolled_projection is None else unrolled(self, k)
 
     Problem._unrolled = unrolled_as_on_cuda
 

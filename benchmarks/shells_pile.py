@@ -74,10 +74,11 @@ def main(argv=None):
               f"ee {rec['edge_edge_pairs']}, intersections {rec['intersections']}, "
               + ", ".join(f"{key} {v:.0f} ms ({100 * v / max(tot, 1e-9):.1f}%)" for key, v in ph.items()), flush=True)
         _save(app, args.checkpoint, steps)
-        _write(app, path, steps, setup_ms, resumed_at, dev)
+        r = _write(app, path, steps, setup_ms, resumed_at, dev)
     if not steps:
         raise SystemExit("no step taken")
-    r = _write(app, path, steps, setup_ms, resumed_at, dev)
+    if resumed_at >= args.steps:  # every step was taken by earlier runs: the record of what they took
+        r = _write(app, path, steps, setup_ms, resumed_at, dev)
     walls = [s["wall_ms"] for s in steps]
     frac = r["phase_fraction"]
     print("phase fractions: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in frac.items()), flush=True)

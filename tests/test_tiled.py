@@ -282,7 +282,7 @@ def test_tile_write_out_by_number_or_block_and_register_cap(device, monkeypatch)
         monkeypatch.setattr(tiled, "TILE_STORE", store)
         p = springs32("tiled")
         np.testing.assert_allclose(wm.to_scipy(p.assemble_hessian(x)[2]).toarray(), ref, rtol=2e-5, atol=1e-4)
-        kern = p.terms[0].kernels[("hessian", p._tiles[1].cap)]
+        kern = p._kernel(p.terms[0], "hessian", p._tiles[1].cap)
         assert kern.options["launch_bounds"] == (tiled.TILE_BLOCK_DIM, tiled.TILE_MIN_BLOCKS)
     assert tiled.min_blocks(6, wp.float32) == tiled.TILE_MIN_BLOCKS > 0
     assert tiled.min_blocks(6, wp.float64) == tiled.min_blocks(9, wp.float32) == 0

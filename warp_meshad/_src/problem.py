@@ -89,6 +89,12 @@ class _Term:
         return self.capacity if self.dynamic else self.count
 
 
+def unrolled_default(k: int, cuda: bool) -> bool:
+    """Whether the PSD projection of an element of ``k`` variables is unrolled by default (see
+    ``Problem.unrolled_projection``): up to k = 12 on CUDA, up to k = 6 on the CPU."""
+    return k <= (12 if cuda else 6)
+
+
 class Problem:
     """A sum of local energy terms over mesh elements, differentiated to second order.
 
@@ -380,7 +386,10 @@ class Problem:
         return instantiate(term.energy, ns, types, module, self.dtype), ns
 
     def _kernel(self, term: _Term, mode: str, tile_cap: int = 0):
-        kern = term.kernels.get((mode, tile_cap))
+        # the tiled kernels also depend on the knobs of tiled.py (set by benchmarks/tile_sweep.py), which
+        # _launch_hessian reads too: a kernel built under other knobs is not reused
+        knobs = (_tiled.TILE_STORE, _tiled.TILE_MIN_BLOCKS, _tiled.TILE_BLOCK_DIM) if tile_cap else ()
+        kern = term.kernels.get((mode, tile_cap, knobs))
         if kern is None:
             det = self.deterministic and mode not in ("residual", "jacobian")
             unrolled = mode == "hessian_proj" and self._unrolled(term.spec.k)
@@ -401,13 +410,13 @@ class Problem:
                 hit = (kern, term.energy)
                 _KERNELS[key] = hit  # holding the energy keeps its id from being reused
             kern = hit[0]
-            term.kernels[(mode, tile_cap)] = kern
+            term.kernels[(mode, tile_cap, knobs)] = kern
         return kern
 
     def _unrolled(self, k: int) -> bool:
         if self.unrolled_projection is not None:
             return bool(self.unrolled_projection) and k <= 12
-        return k <= (12 if self.device.is_cuda else 6)
+        return unrolled_default(k, self.device.is_cuda)
 
     def _probe_return_type(self, term: _Term, what: str, argname: str):
         """Generate code (no compilation) for a kernel that calls the energy once; read its return type."""
