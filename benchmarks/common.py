@@ -170,8 +170,6 @@ def setup_run(device_arg, runs: int) -> str:
     """Initialize Warp and pick the device (the first CUDA device by default, else the CPU). Warns when ``runs``
     is too few to be a measurement; a CPU run without ``$BENCH_OUT`` writes to a temporary folder, so CPU numbers
     never overwrite the committed GPU results."""
-    import tempfile
-
     import warp as wp
 
     wp.config.log_level = wp.LOG_WARNING
@@ -179,7 +177,14 @@ def setup_run(device_arg, runs: int) -> str:
     device = device_arg or ("cuda:0" if wp.get_cuda_device_count() else "cpu")
     if runs < 20:
         print(f"--runs {runs} < 20: a smoke run, not a measurement (medians of >= 20 runs are reported)")
-    if not wp.get_device(device).is_cuda and "BENCH_OUT" not in os.environ:
+    guard_cpu_out(wp.get_device(device).is_cuda)
+    return device
+
+
+def guard_cpu_out(is_cuda: bool):
+    """A CPU run without ``$BENCH_OUT`` writes to a temporary folder, never over the committed GPU results."""
+    import tempfile
+
+    if not is_cuda and "BENCH_OUT" not in os.environ:
         os.environ["BENCH_OUT"] = os.path.join(tempfile.gettempdir(), "bench_cpu")
         print(f"CPU run without $BENCH_OUT: writing to {os.environ['BENCH_OUT']}")
-    return device

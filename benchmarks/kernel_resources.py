@@ -39,9 +39,11 @@ def _kernels():
         p = wm.Problem(mesh.vertex_count, 3, dtype=wp.float32, device="cpu", deterministic=det, assembly="tiled")
         p.add_term(mesh.edges, mass_spring_f32, data)
         t = p.terms[0]
-        cap = tiled.tile_capacity(p.block_type, p.variable_type if det else None)
+        cap = tiled.tile_capacity(p.block_type)
         if det:
-            out["hessian, deterministic tiled"] = p._kernel(t, "hessian", cap)
+            p._ensure_pattern()
+            plan = p._tile_plan("hessian")  # the deterministic plan's block and row capacities
+            out["hessian, deterministic tiled"] = p._kernel(t, "hessian", plan.cap, plan.row_cap)
         else:
             out["hessian, atomic"] = p._kernel(t, "hessian")
             out["hessian, tiled"] = p._kernel(t, "hessian", cap)

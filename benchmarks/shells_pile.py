@@ -29,7 +29,7 @@ import time
 import numpy as np
 import warp as wp
 
-from benchmarks.common import out_dir, record
+from benchmarks.common import guard_cpu_out, out_dir, record
 
 NAME = "shells_pile"
 
@@ -56,6 +56,7 @@ def main(argv=None):
     print(app.describe(), flush=True)
     print(f"setup {setup_ms:.0f} ms", flush=True)
     steps = []
+    guard_cpu_out(app.device.is_cuda)
     path = out_dir() / f"{NAME}.json"
     dev = str(app.device)
     resumed_at = _resume(app, args.checkpoint, steps)

@@ -166,6 +166,27 @@ def test_deterministic_tiled_rounds_never_add_twice_to_one_entry():
             np.testing.assert_array_equal(np.sort(listed), expected)
 
 
+def test_deterministic_plan_takes_three_rounds_per_patch_of_a_spring_grid():
+    # three springs start at each grid vertex and three end there: 3 layers is the least. A patch is
+    # shorter than a grid row: each row (vertex) adds two springs to its layers of vertical and of
+    # diagonal springs, so the plan cuts patches of 128 rows, where no layer outgrows a round of 256
+    mesh = wm.TriMesh.grid(300, 12)
+    p = wm.Problem(mesh.vertex_count, 3, dtype=wp.float32, device="cpu", deterministic=True, assembly="tiled")
+    data = Springs32()
+    data.rest = wp.array(mesh.edge_lengths().astype(np.float32), device="cpu")
+    p.add_term(mesh.edges, spring32, data)
+    p._ensure_pattern()
+    plan = build_tile_plan(p._pattern.offsets, [p.terms[0].elements_np], p.block_type, "cpu",
+                           slot_arrays=p._pattern.slots, var_type=p.variable_type, block_dim=256)
+    rows = np.diff(plan.row_start.numpy())
+    assert plan.row_cap == 128 and rows.max() == 128
+    # both shared tiles fit the shared memory the kernels use (36 KB)
+    assert 36 * plan.cap + 12 * plan.row_cap <= 36 * 1024 and plan.cap >= 7 * plan.row_cap
+    rounds = np.diff(plan.patch_round_start[0].numpy())
+    assert plan.patch_count >= 20 and rounds.max() == 3
+    assert np.all(np.diff(plan.round_start[0].numpy()) <= 256)
+
+
 def test_deterministic_tiled_matches_atomic_and_repeats_bitwise(device):
     mesh = wm.TriMesh.grid(22, 16)
     x = wp.array(positions(mesh, 5), dtype=wp.vec3d, device=device)

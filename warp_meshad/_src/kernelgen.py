@@ -275,7 +275,7 @@ def _tiled_frame(deterministic: bool, d: int = 1) -> tuple[list[str], list[str],
         ]
         head += [
             "bd = wp.block_dim()",
-            "gtile = wp.tile_zeros(shape=(_CAP,), dtype=_VarT, storage='shared')",
+            "gtile = wp.tile_zeros(shape=(_RCAP,), dtype=_VarT, storage='shared')",
             "rb = patch_row_start[p]",
             "re = patch_row_start[p + 1]",
             "pb = patch_block_start[p]",
@@ -346,6 +346,7 @@ def make_kernel(
     deterministic: bool = False,
     unrolled: bool = False,
     tile_cap: int = 0,
+    tile_row_cap: int = 0,
     tile_store: str = "number",
     tile_launch_bounds: tuple[int, int] | None = None,
 ):
@@ -360,6 +361,8 @@ def make_kernel(
         label: readable prefix for the kernel name (the energy's name).
         tile_cap: > 0 gives the tiled variant (see :func:`kernel_source`) with a shared tile of
             this many blocks.
+        tile_row_cap: rows of the gradient tile of the deterministic tiled variant (its patches'
+            most rows; default ``tile_cap``).
         tile_store: how the tiled variant writes its tile out (see :func:`kernel_source`).
         tile_launch_bounds: (threads per block, thread blocks per SM) of the tiled variant, given to
             the CUDA compiler (``__launch_bounds__``: registers are capped to fit, possibly spilling).
@@ -381,10 +384,11 @@ def make_kernel(
         "_DataT": data_type,
         "_energy": energy_fn,
         "_CAP": int(tile_cap),
+        "_RCAP": int(tile_row_cap or tile_cap),
     }
     unrolled = unrolled and mode == "hessian_proj" and hasattr(ns, "project_psd_unrolled")
     tiled = tile_cap > 0
-    tmp = kernel_source(spec, mode, "kernel", deterministic, unrolled, tiled, tile_store) + f"# cap {tile_cap}"
+    tmp = kernel_source(spec, mode, "kernel", deterministic, unrolled, tiled, tile_store) + f"# cap {tile_cap}" + (f" rows {tile_row_cap}" if tile_row_cap else "")
     digest = hashlib.sha1((tmp + energy_fn.key).encode()).hexdigest()[:10]
     label = re.sub(r"\W", "_", label)  # a user-given term name may hold any character
     suffix = ("_det" if deterministic else "") + ("_unrolled" if unrolled else "") + ("_tiled" if tiled else "")

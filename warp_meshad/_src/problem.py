@@ -385,11 +385,11 @@ class Problem:
         types = [None] + [vec_t] * term.spec.valence + ([term.data_type] if term.spec.has_data else [])
         return instantiate(term.energy, ns, types, module, self.dtype), ns
 
-    def _kernel(self, term: _Term, mode: str, tile_cap: int = 0):
+    def _kernel(self, term: _Term, mode: str, tile_cap: int = 0, row_cap: int = 0):
         # the tiled kernels also depend on the knobs of tiled.py (set by benchmarks/tile_sweep.py), which
         # _launch_hessian reads too: a kernel built under other knobs is not reused
         knobs = (_tiled.TILE_STORE, _tiled.TILE_MIN_BLOCKS, _tiled.TILE_BLOCK_DIM) if tile_cap else ()
-        kern = term.kernels.get((mode, tile_cap, knobs))
+        kern = term.kernels.get((mode, tile_cap, row_cap, knobs))
         if kern is None:
             det = self.deterministic and mode not in ("residual", "jacobian")
             unrolled = mode == "hessian_proj" and self._unrolled(term.spec.k)
@@ -398,7 +398,7 @@ class Problem:
                 mb = _tiled.min_blocks(term.spec.k, self.dtype, projected=mode == "hessian_proj")
                 tiling = dict(tile_store=_tiled.TILE_STORE, tile_launch_bounds=(_tiled.TILE_BLOCK_DIM, mb) if mb else None)
             key = (
-                id(term.energy), mode, det, unrolled, tile_cap, tuple(tiling.values()), term.spec.signature(),
+                id(term.energy), mode, det, unrolled, tile_cap, row_cap, tuple(tiling.values()), term.spec.signature(),
                 term.data_type.key if term.data_type else "",
             )  # fmt: skip
             hit = _KERNELS.get(key)
@@ -406,11 +406,13 @@ class Problem:
                 suffix = ("_det" if det else "") + ("_unrolled" if unrolled else "") + ("_tiled" if tile_cap else "")
                 module = self._module(term, mode + suffix)
                 fn, ns = self._instance(term, mode, module)
-                kern = make_kernel(term.spec, mode, fn, ns, term.data_type, term.label, det, unrolled, tile_cap, **tiling)
+                kern = make_kernel(
+                    term.spec, mode, fn, ns, term.data_type, term.label, det, unrolled, tile_cap, row_cap, **tiling
+                )
                 hit = (kern, term.energy)
                 _KERNELS[key] = hit  # holding the energy keeps its id from being reused
             kern = hit[0]
-            term.kernels[(mode, tile_cap, knobs)] = kern
+            term.kernels[(mode, tile_cap, row_cap, knobs)] = kern
         return kern
 
     def _unrolled(self, k: int) -> bool:
@@ -599,7 +601,7 @@ class Problem:
         return self._tiles[1]
 
     def _launch_tiled(self, term: _Term, mode: str, plan, i: int, inputs: list):
-        kern = self._kernel(term, mode, plan.cap)
+        kern = self._kernel(term, mode, plan.cap, plan.row_cap)
         if plan.deterministic:
             inputs = inputs + [plan.entries[i], plan.round_start[i], plan.patch_round_start[i], plan.block_start,
                                plan.row_start, 1 if i else 0]  # fmt: skip

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-__all__ = ["TilePlan", "build_tile_plan", "min_blocks", "tile_capacity", "TILE_BLOCK_DIM"]
+__all__ = ["TilePlan", "build_tile_plan", "det_tile_capacity", "min_blocks", "tile_capacity", "TILE_BLOCK_DIM"]
 
 TILE_BLOCK_DIM = 256
 _SHARED_BYTES = 36 * 1024  # shared memory per thread block used by the tile
@@ -27,13 +27,24 @@ TILE_MIN_BLOCKS = 4  # > 0: thread blocks per SM asked of the CUDA compiler (cap
 _MIN_BLOCKS_MAX_HESSIAN_BYTES = 36 * 4  # see min_blocks()
 
 
-def tile_capacity(block_type, var_type=None) -> int:
-    """Blocks per patch tile for one block type (``_SHARED_BYTES`` of shared memory); with ``var_type``,
-    room for as many gradient entries too (the deterministic variant sums the gradient in shared memory)."""
-    size = wp.types.type_size_in_bytes(block_type)
-    if var_type is not None:
-        size += wp.types.type_size_in_bytes(var_type)
-    return max(16, _SHARED_BYTES // size)
+def tile_capacity(block_type) -> int:
+    """Blocks per patch tile for one block type (``_SHARED_BYTES`` of shared memory)."""
+    return max(16, _SHARED_BYTES // wp.types.type_size_in_bytes(block_type))
+
+
+def det_tile_capacity(block_type, var_type, blocks_per_row: float) -> tuple[int, int]:
+    """(blocks, rows) per patch of the deterministic variant, which sums the patch's gradient in a
+    second shared tile of one entry per row.
+
+    The ``_SHARED_BYTES`` are split between the two tiles for rows of ``blocks_per_row`` blocks (the
+    pattern's mean): a patch is cut when either tile is full. (Sizing the gradient tile like the
+    block tile, one entry per block, left room for 768 instead of 977 3x3 float32 blocks per patch,
+    33% more patches for mass-spring.)
+    """
+    bb = wp.types.type_size_in_bytes(block_type)
+    vb = wp.types.type_size_in_bytes(var_type)
+    rows = max(1, int(_SHARED_BYTES // (bb * max(float(blocks_per_row), 1.0) + vb)))
+    return max(16, (_SHARED_BYTES - vb * rows) // bb), rows
 
 
 def min_blocks(k: int, scalar_type, projected: bool = False) -> int:
@@ -56,6 +67,7 @@ class TilePlan:
 
     Attributes:
         cap: blocks per tile.
+        row_cap: rows per patch (the gradient tile of the deterministic variant), 0 otherwise.
         patch_count: number of patches (thread blocks per launch).
         block_start: (patch_count + 1,) int32 device array: first BSR block of each patch.
         entries / entry_start: per term, device arrays: the element indices of patch p are
@@ -63,8 +75,10 @@ class TilePlan:
         evaluations: per term, number of element evaluations (elements times patches touched).
     """
 
-    def __init__(self, cap, block_start, entries, entry_start, evaluations, device, row_start=None, rounds=None):
+    def __init__(self, cap, block_start, entries, entry_start, evaluations, device, row_start=None, rounds=None,
+                 row_cap=0):  # fmt: skip
         self.cap = cap
+        self.row_cap = row_cap
         self.patch_count = int(block_start.shape[0] - 1)
         self.block_start = wp.array(block_start, dtype=wp.int32, device=device)
         self.entries = [wp.array(e, dtype=wp.int32, device=device) for e in entries]
@@ -78,8 +92,9 @@ class TilePlan:
             self.round_count = [int(r.shape[0] - 1) for r, _ in rounds]
 
 
-def _row_patches(offsets: np.ndarray, cap: int) -> np.ndarray | None:
-    """Greedy cut of rows into runs of at most ``cap`` blocks; None when one row alone is larger."""
+def _row_patches(offsets: np.ndarray, cap: int, row_cap: int = 0) -> np.ndarray | None:
+    """Greedy cut of rows into runs of at most ``cap`` blocks (and ``row_cap`` rows, where > 0); None when
+    one row alone is larger."""
     counts = np.diff(offsets)
     if counts.size == 0 or counts.max() > cap:
         return None
@@ -90,27 +105,26 @@ def _row_patches(offsets: np.ndarray, cap: int) -> np.ndarray | None:
         start = bounds[-1]
         limit = offsets[start] + cap
         end = int(np.searchsorted(offsets, limit, side="right")) - 1  # last row boundary <= limit
+        if row_cap > 0:
+            end = min(end, start + row_cap)
         bounds.append(min(max(end, start + 1), n))
     return np.asarray(bounds, dtype=np.int64)
 
 
-def _layers(entries: np.ndarray, patches: np.ndarray, slots: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Layer of each entry such that entries of one patch and one layer never add to the same tile entry
-    in the same call (the same pair position ``a, b`` and the same block slot; the gradient of variable
-    ``a`` goes with the diagonal slot ``a, a``)."""
-    q_count = entries.shape[0]
-    s = slots[entries].astype(np.int64)  # (q, v*v) global block slots
-    owned = (s >= lo[patches][:, None]) & (s < hi[patches][:, None])
-    q_idx, pos = np.nonzero(owned)
-    group = pos.astype(np.int64) * (int(s.max()) + 1 if s.size else 1) + s[q_idx, pos]
+def _rank_layers(q_idx: np.ndarray, group: np.ndarray, q_count: int, key: np.ndarray | None) -> np.ndarray:
+    """Each entry's largest rank within its groups, members ranked by ``key`` (per entry), then entry."""
     layer = np.zeros(q_count, dtype=np.int64)
-    # start from each entry's rank within its groups, then bump entries that still collide
-    order = np.lexsort((q_idx, group))
+    order = np.lexsort((q_idx, group) if key is None else (q_idx, key[q_idx], group))
     g_sorted = group[order]
     first = np.r_[True, g_sorted[1:] != g_sorted[:-1]]
     run_start = np.maximum.accumulate(np.where(first, np.arange(g_sorted.size), 0))
-    rank = np.arange(g_sorted.size) - run_start
-    np.maximum.at(layer, q_idx[order], rank)
+    np.maximum.at(layer, q_idx[order], np.arange(g_sorted.size) - run_start)
+    return layer
+
+
+def _separate(q_idx: np.ndarray, group: np.ndarray, layer: np.ndarray) -> np.ndarray:
+    """Bump entries to later layers until no two entries of one layer share a group."""
+    layer = layer.copy()
     for _ in range(10000):
         lay = layer[q_idx]
         order = np.lexsort((q_idx, lay, group))
@@ -120,6 +134,63 @@ def _layers(entries: np.ndarray, patches: np.ndarray, slots: np.ndarray, lo: np.
             return layer
         layer[np.unique(q[clash])] += 1
     raise RuntimeError("tiled assembly: could not separate the element rounds")  # pragma: no cover
+
+
+def _patch_rounds(patches: np.ndarray, layer: np.ndarray, patch_count: int, block_dim: int) -> np.ndarray:
+    """Rounds each patch takes: per layer, its entries in runs of at most ``block_dim``."""
+    width = int(layer.max()) + 1 if layer.size else 1
+    counts = np.bincount(patches * width + layer, minlength=patch_count * width).reshape(patch_count, width)
+    return ((counts + block_dim - 1) // block_dim).sum(axis=1)
+
+
+def _layers(
+    entries: np.ndarray,
+    patches: np.ndarray,
+    slots: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    elements: np.ndarray,
+    block_dim: int,
+) -> np.ndarray:
+    """Layer of each entry such that entries of one patch and one layer never add to the same tile entry
+    in the same call (the same pair position ``a, b`` and the same block slot; the gradient of variable
+    ``a`` goes with the diagonal slot ``a, a``).
+
+    This colours a conflict graph. Three starts are separated (:func:`_separate`) and each patch keeps
+    the one that takes it the fewest rounds (groups never span patches): ranks in element order; ranks
+    in the order of the elements' shapes (their variables relative to the first); and, where there are
+    few shapes, the shape itself. Two elements of one shape that share a variable at the same position
+    are the same element, so on a structured mesh the shapes colour the graph with as many layers as a
+    variable has elements at one position (mass-spring grid: 3, where ranks in element order take 4).
+    """
+    q_count = entries.shape[0]
+    if q_count == 0:
+        return np.zeros(0, dtype=np.int64)
+    s = slots[entries].astype(np.int64)  # (q, v*v) global block slots
+    owned = (s >= lo[patches][:, None]) & (s < hi[patches][:, None])
+    q_idx, pos = np.nonzero(owned)
+    group = pos.astype(np.int64) * (int(s.max()) + 1) + s[q_idx, pos]
+    el = np.asarray(elements, dtype=np.int64)
+    shape_id = np.zeros(el.shape[0], dtype=np.int64)
+    if el.shape[1] > 1:
+        _, inv = np.unique(el[:, 1:] - el[:, :1], axis=0, return_inverse=True)
+        shape_id = inv.reshape(-1).astype(np.int64)
+    shape = shape_id[entries]
+    starts = [_rank_layers(q_idx, group, q_count, None), _rank_layers(q_idx, group, q_count, shape)]
+    if shape_id.size and shape_id.max() < 64:
+        starts.append(shape)
+    patch_count = int(patches.max()) + 1
+    best = best_rounds = None
+    for start in starts:
+        layer = _separate(q_idx, group, start)
+        rounds = _patch_rounds(patches, layer, patch_count, block_dim)
+        if best is None:
+            best, best_rounds = layer, rounds
+        else:
+            better = rounds < best_rounds
+            best = np.where(better[patches], layer, best)
+            best_rounds = np.minimum(rounds, best_rounds)
+    return best
 
 
 def build_tile_plan(
@@ -141,7 +212,8 @@ def build_tile_plan(
         slot_arrays: per term, (m, valence * valence) block slots: given, the plan is for the
             deterministic variant: each patch's elements are ordered into rounds of at most
             ``block_dim`` in which no two add to the same tile entry (so plain adds in a fixed order
-            replace atomics), and gradients are summed in shared memory too (``var_type``).
+            replace atomics), and gradients are summed in shared memory too (``var_type``; a patch
+            then also has at most ``row_cap`` rows, see :func:`det_tile_capacity`).
         block_dim: threads per block (round size); default :data:`TILE_BLOCK_DIM`.
 
     Returns:
@@ -149,14 +221,48 @@ def build_tile_plan(
     """
     deterministic = slot_arrays is not None
     block_dim = block_dim or TILE_BLOCK_DIM
-    cap = tile_capacity(block_type, var_type if deterministic else None)
     offsets = np.asarray(offsets, dtype=np.int64)
-    bounds = _row_patches(offsets, cap)
+    row_cap = 0
+    if deterministic:
+        cap, row_cap = det_tile_capacity(block_type, var_type, offsets[-1] / max(offsets.size - 1, 1))
+    else:
+        cap = tile_capacity(block_type)
+    bounds = _row_patches(offsets, cap, row_cap)
     if bounds is None:
         return None
+    terms = _plan_terms(offsets, bounds, element_arrays, slot_arrays, block_dim)
+    if deterministic and terms["density"] > 0:
+        # a layer larger than a round takes a second, nearly empty one: where the densest layer outgrows
+        # block_dim, patches of fewer rows may take fewer rounds in all (mass-spring grid, 3x3 float32:
+        # 3 rounds per patch of 128 rows instead of 5 per patch of 139); keep whichever plan has fewer
+        fewer = int(block_dim / terms["density"])
+        if 0 < fewer < row_cap:
+            bounds2 = _row_patches(offsets, cap, fewer)
+            terms2 = _plan_terms(offsets, bounds2, element_arrays, slot_arrays, block_dim)
+            if terms2["round_total"] < terms["round_total"]:
+                bounds, terms, row_cap = bounds2, terms2, fewer
     n = offsets.size - 1
-    patch_of = np.repeat(np.arange(bounds.size - 1, dtype=np.int64), np.diff(bounds))
-    entries, starts, evals, rounds = [], [], [], []
+    block_start = offsets[bounds].astype(np.int32)
+    assert block_start[-1] == offsets[n]
+    return TilePlan(
+        cap, block_start, terms["entries"], terms["starts"], terms["evals"], device, bounds.astype(np.int32),
+        terms["rounds"] if deterministic else None, row_cap,
+    )  # fmt: skip
+
+
+def _plan_terms(offsets, bounds, element_arrays, slot_arrays, block_dim) -> dict:
+    """Per term, the elements of each patch (and, deterministic, their rounds) for patches ``bounds``.
+
+    Returns a dict with the lists ``entries``, ``starts``, ``evals``, ``rounds`` (see :class:`TilePlan`),
+    ``round_total`` (rounds of all patches and terms) and ``density`` (one layer's elements per row of its
+    patch: the 90th percentile over patches of each patch's densest layer, the largest over terms; 0
+    without rounds).
+    """
+    deterministic = slot_arrays is not None
+    patch_count = bounds.size - 1
+    rows = np.diff(bounds)
+    patch_of = np.repeat(np.arange(patch_count, dtype=np.int64), rows)
+    out = dict(entries=[], starts=[], evals=[], rounds=[], round_total=0, density=0.0)
     lo, hi = offsets[bounds[:-1]], offsets[bounds[1:]]
     for t, el in enumerate(element_arrays):
         m, v = el.shape
@@ -166,7 +272,7 @@ def build_tile_plan(
         patches = pe[keep]
         elems = np.broadcast_to(np.arange(m, dtype=np.int64)[:, None], pe.shape)[keep]
         if deterministic:
-            layer = _layers(elems, patches, slot_arrays[t], lo, hi)
+            layer = _layers(elems, patches, slot_arrays[t], lo, hi, el, block_dim)
             order = np.lexsort((elems, layer, patches))
             patches, layer, elems = patches[order], layer[order], elems[order]
             # rounds: runs of one (patch, layer), cut every block_dim entries
@@ -176,17 +282,21 @@ def build_tile_plan(
             r_start = np.r_[np.flatnonzero(cut), elems.size].astype(np.int32)
             r_patch = patches[r_start[:-1]]
             pr = np.zeros(bounds.size, dtype=np.int32)
-            np.cumsum(np.bincount(r_patch, minlength=bounds.size - 1), out=pr[1:])
-            rounds.append((r_start, pr))
+            np.cumsum(np.bincount(r_patch, minlength=patch_count), out=pr[1:])
+            out["rounds"].append((r_start, pr))
+            out["round_total"] += int(r_start.size - 1)
+            if elems.size:
+                run_len = np.diff(np.r_[np.flatnonzero(run), elems.size])
+                dense = np.zeros(patch_count)
+                np.maximum.at(dense, patches[run], run_len / rows[patches[run]])
+                out["density"] = max(out["density"], float(np.percentile(dense, 90)))
         else:
             order = np.lexsort((elems, patches))
             patches, elems = patches[order], elems[order]
-        entries.append(elems.astype(np.int32))
-        counts = np.bincount(patches, minlength=bounds.size - 1)
+        out["entries"].append(elems.astype(np.int32))
+        counts = np.bincount(patches, minlength=patch_count)
         st = np.zeros(bounds.size, dtype=np.int32)
         np.cumsum(counts, out=st[1:])
-        starts.append(st)
-        evals.append(int(patches.size))
-    block_start = offsets[bounds].astype(np.int32)
-    assert block_start[-1] == offsets[n]
-    return TilePlan(cap, block_start, entries, starts, evals, device, bounds.astype(np.int32), rounds if deterministic else None)
+        out["starts"].append(st)
+        out["evals"].append(int(patches.size))
+    return out
