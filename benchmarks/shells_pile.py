@@ -56,7 +56,7 @@ def main(argv=None):
     print(app.describe(), flush=True)
     print(f"setup {setup_ms:.0f} ms", flush=True)
     steps = []
-    guard_cpu_out(app.device.is_cuda)
+    guard_cpu_out(wp.get_device(app.device).is_cuda)
     path = out_dir() / f"{NAME}.json"
     dev = str(app.device)
     resumed_at = _resume(app, args.checkpoint, steps)
