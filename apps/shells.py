@@ -317,6 +317,7 @@ class App(_AppBase):
         res = _Result()
         t_start = time.perf_counter()
         max_pairs = (0, 0)
+        linear_iterations = []
 
         def clock(key, t0):
             self._sync()
@@ -340,7 +341,8 @@ class App(_AppBase):
                 break
             wp.launch(_neg, dim=n, inputs=[g, rhs], device=dev)
             d.zero_()
-            self.linear_solver.solve(H, rhs, d)
+            info = self.linear_solver.solve(H, rhs, d)
+            linear_iterations.append(int(getattr(info, "iterations", 1)))
             t = clock("linear_solve", t)
             dnp = d.numpy()
             if not np.all(np.isfinite(dnp)):
@@ -387,7 +389,7 @@ class App(_AppBase):
         self.pair_counts.append(max_pairs)
         return self.record(res, time=(self.steps_done + 1) * h, phase_ms=dict(ms),
                            intersections=int(inter.shape[0]), point_triangle_pairs=max_pairs[0],
-                           edge_edge_pairs=max_pairs[1])
+                           edge_edge_pairs=max_pairs[1], linear_iterations=linear_iterations)
 
     # -------------------------------------------------------------------------------- outputs and checks
 

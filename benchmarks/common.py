@@ -62,10 +62,12 @@ def plot(name: str, records: list[dict]):
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
     methods = sorted({r["method"] for r in records if "ms_median" in r})
-    for m in methods:
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, m in enumerate(methods):  # more methods than colours: the line style and marker tell them apart
         pts = sorted((r["vertex_count"], r["ms_median"]) for r in records if r.get("method") == m and "ms_median" in r)
         if pts:
-            ax.loglog(*zip(*pts), marker="o", label=m)
+            ax.loglog(*zip(*pts), color=colors[i % len(colors)], linestyle=("-", "--", ":")[i // len(colors) % 3],
+                      marker="os^D"[i // len(colors) % 4], label=m)  # fmt: skip
     ax.set_xlabel("vertices")
     ax.set_ylabel("time [ms] (median)")
     ax.set_title(name)

@@ -70,9 +70,9 @@ def main(argv=None):
         tot = sum(ph.values())
         steps.append(dict(step=k, wall_ms=wall, phase_ms=ph, iterations=rec["iterations"], reason=rec["reason"],
                           intersections=rec["intersections"], point_triangle_pairs=rec["point_triangle_pairs"],
-                          edge_edge_pairs=rec["edge_edge_pairs"]))
+                          edge_edge_pairs=rec["edge_edge_pairs"], linear_iterations=rec["linear_iterations"]))
         print(f"step {k}: {wall:.0f} ms, {rec['iterations']} it ({rec['reason']}), pairs pt {rec['point_triangle_pairs']} "
-              f"ee {rec['edge_edge_pairs']}, intersections {rec['intersections']}, "
+              f"ee {rec['edge_edge_pairs']}, intersections {rec['intersections']}, cg {rec['linear_iterations']}, "
               + ", ".join(f"{key} {v:.0f} ms ({100 * v / max(tot, 1e-9):.1f}%)" for key, v in ph.items()), flush=True)
         _save(app, args.checkpoint, steps)
         r = _write(app, path, steps, setup_ms, resumed_at, dev)
