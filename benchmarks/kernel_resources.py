@@ -43,7 +43,7 @@ def _kernels():
         if det:
             p._ensure_pattern()
             plan = p._tile_plan("hessian")  # the deterministic plan's block and row capacities
-            out["hessian, deterministic tiled"] = p._kernel(t, "hessian", plan.cap, plan.row_cap)
+            out["hessian, deterministic tiled"] = p._kernel(t, "hessian", plan.cap, plan.row_cap, rounds=True)
         else:
             out["hessian, atomic"] = p._kernel(t, "hessian")
             out["hessian, tiled"] = p._kernel(t, "hessian", cap)

@@ -8,7 +8,9 @@ Run on a GPU host (writes benchmarks/results/mass_spring.json and .png):
 Methods (same springs, same float32 data, one process, one GPU):
 
 * ``warp_meshad``: ``Problem.assemble_hessian`` of the built-in ``mass_spring_f32`` energy (dual numbers), default
-  settings (``assembly="auto"``: tiled where the grid fills the GPU, else atomic), captured in a CUDA graph;
+  settings (``assembly="auto"``: tiled where the grid fills the GPU, else atomic; since session 4 the tiled kernel
+  of these float32 springs sums in the deterministic plan's rounds, the launches of
+  ``warp_meshad_deterministic``), captured in a CUDA graph;
 * ``warp_meshad_atomic``: the same with ``assembly="atomic"`` (atomic block adds into topology-precomputed slots);
   the reference every other method is checked against;
 * ``warp_meshad_deterministic`` (``deterministic=True``, tiled rounds without atomics) and
@@ -18,7 +20,7 @@ Methods (same springs, same float32 data, one process, one GPU):
   rows, blocks summed in shared memory, written out coalesced); ``warp_meshad_tiled_morton`` /
   ``warp_meshad_atomic_morton``: tiled / atomic on the grid renumbered along a Morton curve
   (``TriMesh.reordered()``); results are mapped back and checked against ``warp_meshad``;
-* ``warp_meshad_proj``: the same with per-element PSD projection;
+* ``warp_meshad_proj``: the atomic assembly with per-element PSD projection;
 * ``handwritten_warp``: an analytic Warp kernel writing the same energy, gradient and 3x3 blocks into the same
   slots with ``atomic_add`` (CUDA graph);
 * ``torch_vmap_coo``: ``torch.func.vmap(torch.func.hessian(f))`` per edge, then a sparse COO tensor and
@@ -183,7 +185,8 @@ def run_size(n, device, methods, runs, records):
             assembly="tiled" if tiled_det else "buffers")
         del q
     if "warp_meshad_proj" in methods:
-        add("warp_meshad_proj", time_warp(lambda: problem.assemble_hessian(x, projection="clamp"), device, runs))
+        add("warp_meshad_proj", time_warp(lambda: problem.assemble_hessian(x, projection="clamp"), device, runs),
+            assembly="atomic")
     if "warp_meshad_gradient" in methods:
         add("warp_meshad_gradient", time_warp(lambda: problem.assemble_gradient(x), device, runs))
 

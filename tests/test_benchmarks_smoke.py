@@ -11,7 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `benchmarks` is a folder of the checkout, not an installed package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import area_smoothing, param_hvp  # noqa: E402
+from benchmarks import area_smoothing, assembly_choice, param_hvp  # noqa: E402
 
 WARP_AREA = ["warp_meshad", "handwritten", "warp_tape"]
 WARP_HVP = ["warp_meshad", "warp_meshad_assembled", "warp_meshad_assemble_spmv"]
@@ -42,6 +42,13 @@ def test_area_smoothing_warp_methods_agree(device):
             fd[i, c] = (area(X + d) - area(X - d)) / (2 * h)
     assert np.abs(fd[:, 2]).max() > 1e-2  # the z-noise makes the gradient non-trivial out of the plane
     np.testing.assert_allclose(grad, fd, rtol=0, atol=1e-5 * np.abs(fd).max())
+
+
+@pytest.mark.parametrize("case", assembly_choice.CASES)
+def test_assembly_choice_problems_agree(device, case):
+    # the default and the deterministic problem of each case give the same energy, gradient and Hessian
+    errors = assembly_choice.run_case(case, 6, device, runs=1, records=[], check_only=True)
+    assert max(errors) <= 1e-5, errors
 
 
 def test_param_hvp_warp_methods_agree(device):

@@ -209,6 +209,50 @@ def test_deterministic_tiled_matches_atomic_and_repeats_bitwise(device):
             assert np.array_equal(a, b)
 
 
+def test_auto_sums_small_float32_elements_in_rounds(device, monkeypatch):
+    """assembly="auto" gives float32 elements of <= 6 variables the round-ordered tiled kernels (faster on an
+    H200) without deterministic=True; explicit "tiled", float64 and larger elements keep the plain kernels."""
+    from warp_meshad._src.problem import Problem, rounds_default
+
+    assert rounds_default(6, wp.float32) and not rounds_default(9, wp.float32) and not rounds_default(6, wp.float64)
+    mesh = wm.TriMesh.grid(22, 16)
+    data = Springs32()
+    data.rest = wp.array(0.8 * mesh.edge_lengths(), dtype=wp.float32, device=device)
+
+    def problem(assembly, dtype=wp.float32):
+        p = wm.Problem(mesh.vertex_count, 3, dtype=dtype, device=device, assembly=assembly)
+        p.add_term(mesh.edges, spring32 if dtype == wp.float32 else spring, data if dtype == wp.float32 else build_data(mesh, device))
+        return p
+
+    assert problem("auto")._rounds_default()
+    assert not problem("tiled")._rounds_default()
+    assert not problem("auto", wp.float64)._rounds_default()
+    x = wp.array(positions(mesh, 7).astype(np.float32), dtype=wp.vec3f, device=device)
+    e, g, H = problem("atomic").assemble_hessian(x)
+    ref = (e.numpy()[0], g.numpy().copy(), wm.to_scipy(H).toarray())
+    plain = problem("tiled")
+    plain.assemble_hessian(x)
+    assert not plain._tiles[1].deterministic
+    # the CPU never picks the tiled assembly under "auto": take the "auto" rule's branch on an explicit "tiled"
+    monkeypatch.setattr(Problem, "_rounds_default", lambda self: True)
+    q = problem("tiled")
+    runs = [tuple(a.copy() for a in (q.assemble_hessian(x)[0].numpy(), q._grad.numpy(), q._hess.values.numpy()))
+            for _ in range(2)]  # fmt: skip
+    assert q._tiles[1].deterministic and q._det is None and not q.deterministic
+    np.testing.assert_allclose(runs[0][0][0], ref[0], rtol=1e-5)
+    np.testing.assert_allclose(runs[0][1], ref[1], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(wm.to_scipy(q._hess).toarray(), ref[2], rtol=1e-4, atol=1e-3)
+    for a, b in zip(runs[1], runs[0]):
+        assert np.array_equal(a, b)
+
+
+def build_data(mesh, device):
+    data = Springs()
+    data.rest = wp.array(0.8 * mesh.edge_lengths(), dtype=wp.float64, device=device)
+    data.k = wp.float64(3.0)
+    return data
+
+
 @wp.func
 def scalar_pair(e: int, a: Any, b: Any):
     d = a - b

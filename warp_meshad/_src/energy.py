@@ -202,7 +202,9 @@ def _compile(fdef, scope, ns, module, orig, arg_types, stack, cache_key, scalar)
             if t is not None:
                 glb[f"_wm_T_{arg.arg}"] = t
                 arg.annotation = ast.Name(f"_wm_T_{arg.arg}", ast.Load())
-    digest = hashlib.sha1(ast.dump(fdef).encode() + module.name.encode()).hexdigest()[:10]
+    # the name's digest comes from the source text, not ast.dump (whose fields change between Python versions,
+    # e.g. FunctionDef.type_params in 3.12): the kernel-cache hash then matches across Python versions
+    digest = hashlib.sha1(ast.unparse(fdef).encode() + module.name.encode()).hexdigest()[:10]
     fdef.name = f"{orig.__name__}_{digest}"
     tree = ast.fix_missing_locations(ast.Module([fdef], []))
     src = ast.unparse(tree)

@@ -95,6 +95,18 @@ def unrolled_default(k: int, cuda: bool) -> bool:
     return k <= (12 if cuda else 6)
 
 
+def rounds_default(k_max: int, dtype) -> bool:
+    """Whether ``assembly="auto"`` gives the tiled Hessian the conflict-free rounds of the deterministic plan
+    when ``deterministic=False``: for float32 elements of at most 6 variables.
+
+    Measured on an H200 at 1000x1000 (float32, ``benchmarks/assembly_choice.py``, 2026-12-01), rounds against the
+    plain tiled kernel (shared-memory atomics, global gradient atomics): mass-spring 0.370 vs 0.436 ms, projected
+    2.95 vs 3.00 ms; symmetric Dirichlet 0.687 vs 0.786 ms, projected 2.54 vs 3.09 ms. Larger or float64
+    elements are not measured, so they keep the plain tiled kernel.
+    """
+    return dtype == wp.float32 and k_max <= 6
+
+
 class Problem:
     """A sum of local energy terms over mesh elements, differentiated to second order.
 
@@ -116,7 +128,10 @@ class Problem:
             coalesced (see :mod:`warp_meshad._src.tiled`; number variables in a spatially coherent
             order, e.g. :func:`warp_meshad.locality_order`, so patches share few elements).
             ``"auto"``: tiled on CUDA devices when there are at least as many patches as
-            multiprocessors, else atomic (and always atomic on the CPU). Interaction terms and
+            multiprocessors, else atomic (and always atomic on the CPU); for float32 elements of at
+            most 6 variables the tiled kernel then sums in the deterministic plan's rounds even when
+            ``deterministic=False``, which measured faster (see :func:`rounds_default`), so those
+            Hessians come out bitwise identical run to run as well. Interaction terms and
             Gauss-Newton Hessians always use the atomic assembly.
 
     Variables ``x`` are a ``wp.array`` of shape [variable_count] with dtype ``vec{variable_dim}``
@@ -385,13 +400,14 @@ class Problem:
         types = [None] + [vec_t] * term.spec.valence + ([term.data_type] if term.spec.has_data else [])
         return instantiate(term.energy, ns, types, module, self.dtype), ns
 
-    def _kernel(self, term: _Term, mode: str, tile_cap: int = 0, row_cap: int = 0):
+    def _kernel(self, term: _Term, mode: str, tile_cap: int = 0, row_cap: int = 0, rounds: bool = False):
         # the tiled kernels also depend on the knobs of tiled.py (set by benchmarks/tile_sweep.py), which
-        # _launch_hessian reads too: a kernel built under other knobs is not reused
+        # _launch_hessian reads too: a kernel built under other knobs is not reused. A tiled kernel sums in
+        # rounds exactly when its plan has them (``rounds``), deterministic or not.
         knobs = (_tiled.TILE_STORE, _tiled.TILE_MIN_BLOCKS, _tiled.TILE_BLOCK_DIM) if tile_cap else ()
-        kern = term.kernels.get((mode, tile_cap, row_cap, knobs))
+        kern = term.kernels.get((mode, tile_cap, row_cap, knobs, rounds))
         if kern is None:
-            det = self.deterministic and mode not in ("residual", "jacobian")
+            det = rounds if tile_cap else self.deterministic and mode not in ("residual", "jacobian")
             unrolled = mode == "hessian_proj" and self._unrolled(term.spec.k)
             tiling = {}
             if tile_cap:
@@ -412,7 +428,7 @@ class Problem:
                 hit = (kern, term.energy)
                 _KERNELS[key] = hit  # holding the energy keeps its id from being reused
             kern = hit[0]
-            term.kernels[(mode, tile_cap, row_cap, knobs)] = kern
+            term.kernels[(mode, tile_cap, row_cap, knobs, rounds)] = kern
         return kern
 
     def _unrolled(self, k: int) -> bool:
@@ -590,7 +606,8 @@ class Problem:
         if any(t.dynamic for t in self.terms):
             return None
         if self._tiles is None or self._tiles[0] is not self._pattern:
-            det = dict(slot_arrays=self._pattern.slots, var_type=self.variable_type) if self.deterministic else {}
+            rounds = self.deterministic or self._rounds_default()
+            det = dict(slot_arrays=self._pattern.slots, var_type=self.variable_type) if rounds else {}
             plan = build_tile_plan(
                 self._pattern.offsets, [t.elements_np for t in self.terms], self.block_type, self.device,
                 block_dim=_tiled.TILE_BLOCK_DIM, **det,
@@ -600,8 +617,12 @@ class Problem:
             self._tiles = (self._pattern, plan)
         return self._tiles[1]
 
+    def _rounds_default(self) -> bool:
+        """Rounds for the tiled kernels of a non-deterministic problem (``assembly="auto"`` only)."""
+        return self.assembly == "auto" and rounds_default(max(t.spec.k for t in self.terms), self.dtype)
+
     def _launch_tiled(self, term: _Term, mode: str, plan, i: int, inputs: list):
-        kern = self._kernel(term, mode, plan.cap, plan.row_cap)
+        kern = self._kernel(term, mode, plan.cap, plan.row_cap, rounds=plan.deterministic)
         if plan.deterministic:
             inputs = inputs + [plan.entries[i], plan.round_start[i], plan.patch_round_start[i], plan.block_start,
                                plan.row_start, 1 if i else 0]  # fmt: skip
