@@ -342,7 +342,7 @@ class App(_AppBase):
             wp.launch(_neg, dim=n, inputs=[g, rhs], device=dev)
             d.zero_()
             info = self.linear_solver.solve(H, rhs, d)
-            linear_iterations.append(int(getattr(info, "iterations", 1)))
+            linear_iterations.append(info.iterations)
             t = clock("linear_solve", t)
             dnp = d.numpy()
             if not np.all(np.isfinite(dnp)):

@@ -25,49 +25,22 @@ import argparse
 import numpy as np
 import warp as wp
 
+from benchmarks import mass_spring, param_hvp
 from benchmarks.common import record, setup_run, time_warp, write
+from benchmarks.mass_spring import rel
 
 NAME = "assembly_choice"
 CASES = ["mass_spring", "mass_spring_proj", "symmetric_dirichlet", "symmetric_dirichlet_proj"]
-
-
-def _mass_spring(n, device, deterministic):
-    import warp_meshad as wm
-    from benchmarks.mass_spring import STIFFNESS
-    from warp_meshad.kernels.energies import MassSpringDataF, mass_spring_f32
-
-    mesh = wm.TriMesh.grid(n, n)
-    rng = np.random.default_rng(0)
-    X = (mesh.vertices + 0.2 / n * rng.normal(size=mesh.vertices.shape)).astype(np.float32)
-    data = MassSpringDataF()
-    data.rest = wp.array((0.9 * mesh.edge_lengths()).astype(np.float32), dtype=wp.float32, device=device)
-    data.stiffness = wp.float32(STIFFNESS)
-    problem = wm.Problem(mesh.vertex_count, 3, dtype=wp.float32, device=device, deterministic=deterministic)
-    problem.add_term(mesh.edges, mass_spring_f32, data)
-    return problem, wp.array(X, dtype=wp.vec3f, device=device), data
-
-
-def _symmetric_dirichlet(n, device, deterministic):
-    import warp_meshad as wm
-    from benchmarks.param_hvp import Case, SymmetricDirichletDataF, symmetric_dirichlet_f32
-
-    case = Case(n, device)
-    data = SymmetricDirichletDataF()
-    data.rest_inverse = wp.array(case.rinv_np, dtype=wp.mat22f, device=device)
-    data.area = wp.array(case.area_np, dtype=wp.float32, device=device)
-    problem = wm.Problem(case.vertex_count, 2, dtype=wp.float32, device=device, deterministic=deterministic)
-    problem.add_term(case.mesh.faces, symmetric_dirichlet_f32, data)
-    return problem, case.u, data
+METHODS = (("default", False), ("deterministic", True))  # (method, Problem's deterministic flag)
 
 
 def _build(case, n, device, deterministic):
-    make = _mass_spring if case.startswith("mass_spring") else _symmetric_dirichlet
-    return make(n, device, deterministic)
-
-
-def _rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+    """(problem, x) of one case: the problems and data of the mass_spring and param_hvp benchmarks."""
+    if case.startswith("mass_spring"):
+        _, _, _, problem, _, x = mass_spring.build(n, device, assembly="auto", deterministic=deterministic)
+        return problem, x
+    grid = param_hvp.Case(n, device)
+    return param_hvp._problem(grid, deterministic=deterministic)[0], grid.u
 
 
 def run_case(case, n, device, runs, records, check_only=False):
@@ -75,21 +48,21 @@ def run_case(case, n, device, runs, records, check_only=False):
 
     projection = "clamp" if case.endswith("_proj") else None
     results, keep = {}, []
-    for method, det in (("default", False), ("deterministic", True)):
-        problem, x, data = _build(case, n, device, det)
-        keep.append((problem, x, data))
+    for method, det in METHODS:
+        problem, x = _build(case, n, device, det)
+        keep.append((problem, x))
         f, g, H = problem.assemble_hessian(x, projection=projection)
         wp.synchronize_device(device)
         results[method] = (f.numpy().copy(), g.numpy().copy(), wm.to_scipy(H))
     (f0, g0, H0), (f1, g1, H1) = results["default"], results["deterministic"]
-    err = (_rel(f1, f0), _rel(g1, g0), float(abs(H1 - H0).max() / abs(H0).max()))
+    err = (rel(f1, f0), rel(g1, g0), float(abs(H1 - H0).max() / abs(H0).max()))
     print(f"-- {case} {n}x{n}: deterministic vs default: energy {err[0]:.2e} gradient {err[1]:.2e} hessian {err[2]:.2e}")
     assert max(err) < 1e-4, (case, err)
     if check_only:
         return err
     dev = str(wp.get_device(device))
     nv = keep[0][0].variable_count
-    for (method, _), (problem, x, _) in zip((("default", False), ("deterministic", True)), keep):
+    for (method, _), (problem, x) in zip(METHODS, keep):
         tiled = problem._tiles is not None and problem._tiles[1] is not None
         times = time_warp(lambda p=problem, xx=x: p.assemble_hessian(xx, projection=projection), device, runs)
         r = record(NAME, f"{case}_{method}", nv, "float32", times, dev, case=case, assembly="tiled" if tiled else "atomic",
@@ -115,7 +88,7 @@ def main(argv=None):
     for case in args.cases:
         for n in args.n:
             rs = {r["method"].rsplit("_", 1)[1]: r["ms_median"] for r in records
-                  if r["case"] == case and r["vertex_count"] in (n * n,)}  # fmt: skip
+                  if r["case"] == case and r["vertex_count"] == n * n}  # fmt: skip
             if len(rs) == 2:
                 print(f"{case:26s} {n:5d}^2  default {rs['default']:.4f}  deterministic {rs['deterministic']:.4f} ms"
                       f"  ratio {rs['deterministic'] / rs['default']:.3f}")

@@ -91,7 +91,7 @@ def _spring_energy(
     wp.atomic_add(energy, 0, 0.5 * k * s * s)
 
 
-def build(n, device, seed=0, assembly="atomic", morton=False):
+def build(n, device, seed=0, assembly="atomic", morton=False, deterministic=False):
     import warp_meshad as wm
     from warp_meshad.kernels.energies import MassSpringDataF, mass_spring_f32
 
@@ -102,7 +102,8 @@ def build(n, device, seed=0, assembly="atomic", morton=False):
         mesh = mesh.reordered()
         X = X[mesh.vertex_map]
     rest = (0.9 * mesh.edge_lengths()).astype(np.float32)
-    problem = wm.Problem(mesh.vertex_count, 3, dtype=wp.float32, device=device, assembly=assembly)
+    problem = wm.Problem(mesh.vertex_count, 3, dtype=wp.float32, device=device, assembly=assembly,
+                         deterministic=deterministic)
     data = MassSpringDataF()
     data.rest = wp.array(rest, dtype=wp.float32, device=device)
     data.stiffness = wp.float32(STIFFNESS)

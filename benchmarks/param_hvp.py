@@ -113,7 +113,7 @@ class Case:
         self.v = wp.array(self.V, dtype=self.wp_vec, device=self.device)
 
 
-def _problem(case: Case):
+def _problem(case: Case, deterministic: bool = False):
     """One symmetric Dirichlet term over the faces (built-in energy in float64, the float32 copy in float32)."""
     import warp_meshad as wm
     from warp_meshad.kernels.energies import SymmetricDirichletData, symmetric_dirichlet
@@ -126,7 +126,7 @@ def _problem(case: Case):
         data, energy = SymmetricDirichletDataF(), symmetric_dirichlet_f32
         data.rest_inverse = wp.array(case.rinv_np, dtype=wp.mat22f, device=dev)
     data.area = wp.array(case.area_np, dtype=case.wp_scalar, device=dev)
-    problem = wm.Problem(case.vertex_count, 2, dtype=case.wp_scalar, device=dev)
+    problem = wm.Problem(case.vertex_count, 2, dtype=case.wp_scalar, device=dev, deterministic=deterministic)
     problem.add_term(case.mesh.faces, energy, data)
     return problem, data
 

@@ -41,11 +41,8 @@ def spring32(e: int, xa: Any, xb: Any, data: Springs32):
 
 
 def build(mesh, device, assembly):
-    data = Springs()
-    data.rest = wp.array(0.8 * mesh.edge_lengths(), dtype=wp.float64, device=device)
-    data.k = wp.float64(3.0)
     p = wm.Problem(mesh.vertex_count, 3, device=device, assembly=assembly)
-    p.add_term(mesh.edges, spring, data)
+    p.add_term(mesh.edges, spring, build_data(mesh, device))
     p.add_term(mesh.faces, wavy_triangle, weight=0.5)
     return p
 
@@ -221,7 +218,10 @@ def test_auto_sums_small_float32_elements_in_rounds(device, monkeypatch):
 
     def problem(assembly, dtype=wp.float32):
         p = wm.Problem(mesh.vertex_count, 3, dtype=dtype, device=device, assembly=assembly)
-        p.add_term(mesh.edges, spring32 if dtype == wp.float32 else spring, data if dtype == wp.float32 else build_data(mesh, device))
+        if dtype == wp.float32:
+            p.add_term(mesh.edges, spring32, data)
+        else:
+            p.add_term(mesh.edges, spring, build_data(mesh, device))
         return p
 
     assert problem("auto")._rounds_default()
