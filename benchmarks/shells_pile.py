@@ -41,6 +41,9 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--set", nargs="*", default=[], help="config overrides key=value")
     ap.add_argument("--checkpoint", default=None, help="folder: save the state after every step, resume from it")
+    ap.add_argument("--projection", choices=("auto", "unrolled", "loop"), default="auto",
+                    help="PSD projection of the element Hessians: the device's default, or forced "
+                         "(Problem.unrolled_projection)")
     args = ap.parse_args(argv)
     # Warp prints each module load, "(compiled)" or "(cached)", so a compile inside a step shows in the log
     wp.config.log_level = wp.LOG_INFO
@@ -53,6 +56,8 @@ def main(argv=None):
     t0 = time.perf_counter()
     app = app_class(config.app, config.source)(config)
     setup_ms = 1e3 * (time.perf_counter() - t0)
+    if args.projection != "auto":
+        app.problem.unrolled_projection = args.projection == "unrolled"
     print(app.describe(), flush=True)
     print(f"setup {setup_ms:.0f} ms", flush=True)
     steps = []
@@ -100,7 +105,8 @@ def _write(app, path, steps, setup_ms, resumed_at, dev) -> dict:
     r = record(NAME, "warp_meshad", app.mesh.vertex_count, "float64", walls, dev, steps_taken=len(steps),
                setup_ms=setup_ms, resumed_at=resumed_at, objects=app.count, phase_ms_total=totals,
                phase_fraction={key: v / all_ms for key, v in totals.items()} if all_ms else {},
-               linear_solver=getattr(app.linear_solver, "name", None), steps=steps)
+               linear_solver=getattr(app.linear_solver, "name", None),
+               unrolled_projection=app.problem.unrolled_projection, steps=steps)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps([r], indent=1))
     os.replace(tmp, path)

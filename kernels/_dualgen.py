@@ -10,7 +10,8 @@ Modes:
     ``"plain"``: no dual type, only the plain-value overloads (floats, vectors, matrices); the
         public :mod:`warp_meshad.kernels.ad` re-exports these.
     ``"grad"``: value + gradient (``v``, ``g: vec_k``).
-    ``"hess"``: value + gradient + Hessian (``v``, ``g: vec_k``, ``h: mat_kk``).
+    ``"hess"``: value + gradient + Hessian (``v``, ``g: vec_k``, ``h: vec_p``, the upper triangle of the
+        symmetric k x k Hessian row by row, p = k (k + 1) / 2; ``hessian(a)`` unpacks it).
 
 Chain rule for a unary ``f``: ``r.v = f(a.v)``, ``r.g = f'(a.v) a.g``,
 ``r.h = f'(a.v) a.h + f''(a.v) a.g a.g^T``; for a binary ``f(a, b)`` the mixed second
@@ -36,7 +37,7 @@ import threading
 
 __all__ = ["GENERATOR_VERSION", "MODES", "cache_dir", "load", "module_name", "source"]
 
-GENERATOR_VERSION = "1"
+GENERATOR_VERSION = "2"
 MODES = ("plain", "grad", "hess")
 _PACKAGE = "warp_meshad.kernels._generated"
 _lock = threading.Lock()
@@ -274,12 +275,14 @@ def _dual(out: _Src, k: int, dtype: str, hess: bool):
 S = {s}
 vecK = wp.types.vector(length={k}, dtype={s})
 matK = wp.types.matrix(shape=({k}, {k}), dtype={s})
+vecP = wp.types.vector(length={k * (k + 1) // 2}, dtype={s})  # packed upper triangle, row by row
 K = {k}
 HESSIAN = {hess}
 TOL = {"1.0e-24" if dtype == "float64" else "1.0e-12"}  # Jacobi stops at |offdiag|^2 <= TOL |diag|^2
+TINY = {"1.0e-300" if dtype == "float64" else "1.0e-30"}  # floor of a failed Cholesky pivot
 """
     )
-    fields = "    v: S\n    g: vecK\n" + ("    h: matK\n" if hess else "")
+    fields = "    v: S\n    g: vecK\n" + ("    h: vecP\n" if hess else "")
     out.raw(
         "\n".join(f"_vec{n} = wp.types.vector(length={n}, dtype=S)" for n in (2, 3, 4))
         + "\n"
@@ -306,13 +309,14 @@ TOL = {"1.0e-24" if dtype == "float64" else "1.0e-12"}  # Jacobi stops at |offdi
         return f"{D}({v}, {g}, {h})" if hess else f"{D}({v}, {g})"
 
     # --- construction and seeding ------------------------------------------------------------
-    out.func(f"def const(x: S):\n    return {mk('x', 'vecK()', 'matK()')}")
+    out.func(f"def const(x: S):\n    return {mk('x', 'vecK()', 'vecP()')}")
     out.func(f"def const(x: {D}):\n    return x")
-    out.func(f"def variable(x: S, i: int):\n    g = vecK()\n    g[i] = S(1.0)\n    return {mk('x', 'g', 'matK()')}")
+    out.func(f"def variable(x: S, i: int):\n    g = vecK()\n    g[i] = S(1.0)\n    return {mk('x', 'g', 'vecP()')}")
     out.func(f"def value(a: {D}):\n    return a.v")
     out.func(f"def gradient(a: {D}):\n    return a.g")
     if hess:
-        out.func(f"def hessian(a: {D}):\n    return a.h")
+        _packed(out, k)
+        out.func(f"def hessian(a: {D}):\n    return unpack(a.h)")
     for n in (2, 3, 4):
         V, vt = vec_names[n], f"_vec{n}"
         comps = ", ".join(f"variable(x[{i}], offset + {i})" for i in range(n))
@@ -332,12 +336,9 @@ TOL = {"1.0e-24" if dtype == "float64" else "1.0e-12"}  # Jacobi stops at |offdi
         out.func(f"def value(a: {M}):\n    return {mt}({comps})")
 
     # --- scalar chain rules ------------------------------------------------------------------------
-    h1 = "f1 * a.h + f2 * wp.outer(a.g, a.g)"
+    h1 = "_fma_sym(a.h, f1, a.g, f2)"
     out.func(f"def _chain(a: {D}, f0: S, f1: S, f2: S):\n    return {mk('f0', 'f1 * a.g', h1)}")
-    h2 = (
-        "fa * a.h + fb * b.h + faa * wp.outer(a.g, a.g) + fbb * wp.outer(b.g, b.g)"
-        " + fab * (wp.outer(a.g, b.g) + wp.outer(b.g, a.g))"
-    )
+    h2 = "fa * a.h + fb * b.h + faa * _sym(a.g) + fbb * _sym(b.g) + fab * _sym2(a.g, b.g)"
     out.func(
         f"def _chain2(a: {D}, b: {D}, f0: S, fa: S, fb: S, faa: S, fbb: S, fab: S):\n"
         f"    return {mk('f0', 'fa * a.g + fb * b.g', h2)}"
@@ -357,12 +358,12 @@ TOL = {"1.0e-24" if dtype == "float64" else "1.0e-12"}  # Jacobi stops at |offdi
     out.func(f"def _wm_neg(a: {D}):\n    return {mk('-a.v', '-a.g', '-a.h')}")
     out.func(
         f"def mul(a: {D}, b: {D}):\n"
-        f"    return {mk('a.v * b.v', 'a.g * b.v + b.g * a.v', 'a.h * b.v + b.h * a.v + wp.outer(a.g, b.g) + wp.outer(b.g, a.g)')}"
+        f"    return {mk('a.v * b.v', 'a.g * b.v + b.g * a.v', '_fma_mul(a.h, b.v, b.h, a.v, a.g, b.g)')}"
     )
     out.func(
         f"def div(a: {D}, b: {D}):\n    ib = S(1.0) / b.v\n    v = a.v * ib\n    g = (a.g - b.g * v) * ib\n"
         + (
-            f"    return {mk('v', 'g', '(a.h - b.h * v - wp.outer(g, b.g) - wp.outer(b.g, g)) * ib')}"
+            f"    return {mk('v', 'g', '(a.h - b.h * v - _sym2(g, b.g)) * ib')}"
             if hess
             else f"    return {mk('v', 'g', '')}"
         )
@@ -672,52 +673,125 @@ def project_psd(h: matK, eps: S, absolute: int, n: int):
     )
 
 
+def _pi(i: int, j: int, k: int) -> int:
+    """Index of entry (i, j) of a symmetric k x k matrix in its packed upper triangle (row by row)."""
+    if i > j:
+        i, j = j, i
+    return i * k - i * (i - 1) // 2 + (j - i)
+
+
+def _packed(out: _Src, k: int):
+    """Helpers on the packed Hessian (``vecP``: the k (k + 1) / 2 entries of the upper triangle, row by row).
+
+    The dual Hessian is symmetric, so only its upper triangle is stored and updated: 78 instead of 144
+    numbers for k = 12, which keeps more of a dual in registers. Every index is a literal.
+    """
+    pairs = [(i, j) for i in range(k) for j in range(i, k)]
+    gl = "".join(f"    a{i} = a[{i}]\n" for i in range(k))
+    bl = "".join(f"    b{i} = b[{i}]\n" for i in range(k))
+    out.func("def _sym(a: vecK):\n" + gl + "    return vecP(" + ", ".join(f"a{i} * a{j}" for i, j in pairs) + ")")
+    out.func(
+        "def _sym2(a: vecK, b: vecK):\n" + gl + bl
+        + "    return vecP(" + ", ".join(f"a{i} * b{j} + a{j} * b{i}" for i, j in pairs) + ")"
+    )
+    tl = "".join(f"    t{i} = f2 * a[{i}]\n" for i in range(k)) + gl
+    out.func(
+        "def _fma_sym(h: vecP, f1: S, a: vecK, f2: S):\n" + tl
+        + "    return vecP(" + ", ".join(f"f1 * h[{n}] + t{i} * a{j}" for n, (i, j) in enumerate(pairs)) + ")"
+    )
+    out.func(
+        "def _fma_mul(ha: vecP, bv: S, hb: vecP, av: S, a: vecK, b: vecK):\n" + gl + bl
+        + "    return vecP(" + ", ".join(
+            f"ha[{n}] * bv + hb[{n}] * av + a{i} * b{j} + a{j} * b{i}" for n, (i, j) in enumerate(pairs)
+        ) + ")"
+    )
+    out.func(
+        "def unpack(h: vecP):\n    return matK("
+        + ", ".join(f"h[{_pi(i, j, k)}]" for i in range(k) for j in range(k)) + ")"
+    )
+    out.func("def pack(m: matK):\n    return vecP(" + ", ".join(f"m[{i}, {j}]" for i, j in pairs) + ")")
+    vl = "".join(f"    v{i} = v[{i}]\n" for i in range(k))
+    rows = ", ".join(" + ".join(f"h[{_pi(i, j, k)}] * v{j}" for j in range(k)) for i in range(k))
+    out.func("def sym_mv(h: vecP, v: vecK):\n" + vl + f"    return vecK({rows})")
+
+
 def _psd_unrolled(out: _Src, k: int):
-    """``project_psd`` with every index a literal (for GPUs): the matrices stay in registers instead of
-    local memory. Sweeps stay a runtime loop; the pairs and rows are written out."""
-    lines = [
-        "def project_psd_unrolled(h: matK, eps: S, absolute: int):",
-        f"    if _is_above(h, eps, {k}) != 0:",
-        "        return h",
-        "    a = h",
-        "    v = matK()",
-    ]
-    lines += [f"    v[{i}, {i}] = S(1.0)" for i in range(k)]
+    """``project_psd`` on the packed upper triangle with every index a literal (for GPUs): the matrix
+    and the eigenvectors are scalar locals, so they can stay in registers instead of local memory.
+
+    Cyclic Jacobi on the symmetric matrix: a rotation of (p, q) zeroes a_pq, updates a_pp and a_qq
+    (``a_pp - t a_pq``, ``a_qq + t a_pq``) and rotates the other entries of rows p and q; the
+    eigenvectors accumulate the rotations. The early out is a Cholesky factorization of ``h - eps I``
+    (written branch free). Sweeps stay a runtime loop; the pairs and rows are written out.
+    """
+
+    def A(i, j):
+        return f"a{min(i, j)}_{max(i, j)}"
+
+    pairs = [(i, j) for i in range(k) for j in range(i, k)]
+    lines = ["def project_psd_unrolled(h: vecP, eps: S, absolute: int):"]
+    lines += [f"    {A(i, j)} = h[{n}]" for n, (i, j) in enumerate(pairs)]
+    # Cholesky of h - eps I (l_ij, i >= j): ok stays 1 while every pivot is positive
+    lines += ["    ok = int(1)"]
+    for j in range(k):
+        d = " - ".join([f"({A(j, j)} - eps)"] + [f"l{j}_{q} * l{j}_{q}" for q in range(j)])
+        lines += [
+            f"    d = {d}",
+            "    if d <= S(0.0):",
+            "        ok = 0",
+            f"    l{j}_{j} = wp.sqrt(wp.max(d, S(TINY)))",  # a failed pivot leaves the rest finite
+            f"    il = S(1.0) / l{j}_{j}",
+        ]
+        for i in range(j + 1, k):
+            t = " - ".join([A(i, j)] + [f"l{i}_{q} * l{j}_{q}" for q in range(j)])
+            lines += [f"    l{i}_{j} = ({t}) * il"]
+    lines += ["    if ok != 0:", "        return h"]
+    for i in range(k):
+        for j in range(k):
+            lines += [f"    v{i}_{j} = S({1.0 if i == j else 0.0})"]
     lines += ["    for sweep in range(30):"]
-    off = " + ".join(f"a[{p}, {q}] * a[{p}, {q}]" for p in range(k) for q in range(p + 1, k)) or "S(0.0)"
-    dia = " + ".join(f"a[{p}, {p}] * a[{p}, {p}]" for p in range(k))
+    off = " + ".join(f"{A(p, q)} * {A(p, q)}" for p in range(k) for q in range(p + 1, k)) or "S(0.0)"
+    dia = " + ".join(f"{A(p, p)} * {A(p, p)}" for p in range(k))
     lines += [f"        off = {off}", f"        dia = {dia}", "        if off <= S(TOL) * dia or off == S(0.0):", "            break"]
     for p in range(k):
         for q in range(p + 1, k):
             lines += [
-                f"        apq = a[{p}, {q}]",
-                "        if apq != S(0.0):",
-                f"            theta = (a[{q}, {q}] - a[{p}, {p}]) / (S(2.0) * apq)",
-                "            t = S(1.0) / (wp.abs(theta) + wp.sqrt(theta * theta + S(1.0)))",
-                "            if theta < S(0.0):",
-                "                t = -t",
-                "            c = S(1.0) / wp.sqrt(t * t + S(1.0))",
-                "            s = t * c",
+                f"        apq = {A(p, q)}",
+                f"        theta = ({A(q, q)} - {A(p, p)}) / wp.where(apq == S(0.0), S(1.0), S(2.0) * apq)",
+                "        t = S(1.0) / (wp.abs(theta) + wp.sqrt(theta * theta + S(1.0)))",
+                "        t = wp.where(theta < S(0.0), -t, t)",
+                "        t = wp.where(apq == S(0.0), S(0.0), t)",
+                "        c = S(1.0) / wp.sqrt(t * t + S(1.0))",
+                "        s = t * c",
+                f"        {A(p, p)} = {A(p, p)} - t * apq",
+                f"        {A(q, q)} = {A(q, q)} + t * apq",
+                f"        {A(p, q)} = S(0.0)",
             ]
-            # the rotation applied to columns p, q of a, to rows p, q of a, then to columns p, q of v
-            for m, first, second in (("a", "{r}, {p}", "{r}, {q}"), ("a", "{p}, {r}", "{q}, {r}"), ("v", "{r}, {p}", "{r}, {q}")):
-                for r in range(k):
-                    i0, i1 = first.format(r=r, p=p, q=q), second.format(r=r, p=p, q=q)
-                    lines += [
-                        f"            x0 = {m}[{i0}]",
-                        f"            x1 = {m}[{i1}]",
-                        f"            {m}[{i0}] = c * x0 - s * x1",
-                        f"            {m}[{i1}] = s * x0 + c * x1",
-                    ]
-    lines += ["    res = matK()"]
+            for r in range(k):
+                if r in (p, q):
+                    continue
+                lines += [
+                    f"        x0 = {A(r, p)}",
+                    f"        x1 = {A(r, q)}",
+                    f"        {A(r, p)} = c * x0 - s * x1",
+                    f"        {A(r, q)} = s * x0 + c * x1",
+                ]
+            for r in range(k):
+                lines += [
+                    f"        x0 = v{r}_{p}",
+                    f"        x1 = v{r}_{q}",
+                    f"        v{r}_{p} = c * x0 - s * x1",
+                    f"        v{r}_{q} = s * x0 + c * x1",
+                ]
     for m in range(k):
         lines += [
-            f"    lam = a[{m}, {m}]",
+            f"    lam = {A(m, m)}",
             "    if absolute != 0:",
             "        lam = wp.abs(lam)",
-            "    lam = wp.max(lam, eps)",
-            f"    col = vecK({', '.join(f'v[{i}, {m}]' for i in range(k))})",
-            "    res = res + wp.outer(col, col) * lam",
+            f"    lam{m} = wp.max(lam, eps)",
         ]
-    lines += ["    return res"]
+    entries = []
+    for i, j in pairs:
+        entries.append(" + ".join(f"lam{m} * v{i}_{m} * v{j}_{m}" for m in range(k)))
+    lines += ["    return vecP(" + ", ".join(entries) + ")"]
     out.func("\n".join(lines))

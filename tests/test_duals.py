@@ -120,9 +120,21 @@ def check_against_fd(got: Jet, value_fn, z, name: str, ref: Jet | None = None):
         _scaled_close(ref.h, h_fd, rtol, atol, f"{name}: closed-form Hessian vs central differences")
 
 
+def full_hessian(packed: np.ndarray) -> np.ndarray:
+    """The k x k Hessians of duals from their ``h`` fields (the upper triangle, row by row; shape (..., p))."""
+    p = packed.shape[-1]
+    k = int(round((np.sqrt(8 * p + 1) - 1) / 2))
+    assert k * (k + 1) // 2 == p, f"a packed Hessian field has k (k + 1) / 2 entries, got {p}"
+    iu, ju = np.triu_indices(k)
+    h = np.zeros(packed.shape[:-1] + (k, k), dtype=packed.dtype)
+    h[..., iu, ju] = packed
+    h[..., ju, iu] = packed
+    return h
+
+
 def unpack(out: np.ndarray, start: int, size: int, scalar: bool, hessian: bool = True) -> Jet:
     sl = slice(start, start + size)
-    h = out["h"][sl] if hessian else None
+    h = full_hessian(out["h"][sl]) if hessian else None
     if scalar:
         return Jet(out["v"][sl][0], out["g"][sl][0], None if h is None else h[0])
     return Jet(out["v"][sl], out["g"][sl], h)
@@ -1455,9 +1467,12 @@ def test_value_of_dual_mat33():
 
 PSD_SIZES = [(6, "float32"), (6, "float64"), (12, "float32"), (12, "float64")]
 PSD_TOL = {"float32": 2e-5, "float64": 1e-11}  # relative to the matrix norm
+# the packed, unrolled Jacobi (what CUDA kernels use up to k = 12; k = 12 compiles in ~35 s on the CPU)
+PSD_UNROLLED = [(3, "float64", "unrolled"), (6, "float32", "unrolled"), (9, "float64", "unrolled"), (12, "float64", "unrolled")]
 
 
-def psd_kernel(D):
+def psd_kernel(D, unrolled: bool):
+    """``project_psd`` (k x k matrix, runtime size) or ``project_psd_unrolled`` (packed upper triangle, size k)."""
     matK = D.matK
 
     @wp.kernel(module="unique", enable_backward=False, module_options=KERNEL_OPTIONS)
@@ -1469,7 +1484,10 @@ def psd_kernel(D):
         hout: wp.array(dtype=matK),
     ):
         e = wp.tid()
-        hout[e] = D.project_psd(hin[e], eps[e], absolute[e], n[e])
+        if wp.static(unrolled):
+            hout[e] = D.unpack(D.project_psd_unrolled(D.pack(hin[e]), eps[e], absolute[e]))
+        else:
+            hout[e] = D.project_psd(hin[e], eps[e], absolute[e], n[e])
 
     return kernel
 
@@ -1486,8 +1504,12 @@ def reference_projection(h, eps, absolute):
 
 
 @functools.lru_cache(maxsize=None)
-def psd_results(k: int, dtype: str):
-    """Batch: indefinite (clamp, abs, eps 0 / 0.1), positive definite, diagonal, zero, and a leading block."""
+def psd_results(k: int, dtype: str, variant: str = "loop"):
+    """Batch: indefinite (clamp, abs, eps 0 / 0.1), positive definite, diagonal, zero, and a leading block.
+
+    ``variant``: ``"loop"`` (``project_psd`` on a k x k matrix, runtime size) or ``"unrolled"``
+    (``project_psd_unrolled`` on the packed upper triangle; its size is k, so the leading block case is
+    left out)."""
     rng = np.random.default_rng(7 + k)
     cases = []  # (name, input, eps, absolute, n)
     for r in range(3):
@@ -1506,13 +1528,14 @@ def psd_results(k: int, dtype: str):
     cases += [("zero_eps", np.zeros((k, k)), 0.25, 0, k)]
     block = np.zeros((k, k))
     block[: k // 2, : k // 2] = _sym(rng, k // 2)
-    cases += [("leading_block", block, 0.0, 0, k // 2)]
+    if variant == "loop":
+        cases += [("leading_block", block, 0.0, 0, k // 2)]
     S = DTYPES[dtype]
     D = ad.duals(k, S)
     hin = wp.array(np.stack([c[1] for c in cases]), dtype=D.matK)
     hout = wp.zeros(len(cases), dtype=D.matK)
     wp.launch(
-        psd_kernel(D),
+        psd_kernel(D, unrolled=variant == "unrolled"),
         dim=len(cases),
         inputs=[
             hin,
@@ -1536,9 +1559,11 @@ PSD_CASE_NAMES = [f"indefinite{r}_{m}" for r in range(3) for m in ("clamp", "abs
 
 
 @pytest.mark.parametrize("name", PSD_CASE_NAMES)
-@pytest.mark.parametrize("k, dtype", PSD_SIZES)
-def test_project_psd(k, dtype, name):
-    cases, hout = psd_results(k, dtype)
+@pytest.mark.parametrize("k, dtype, variant", [(k, t, "loop") for k, t in PSD_SIZES] + PSD_UNROLLED)
+def test_project_psd(k, dtype, variant, name):
+    if variant == "unrolled" and name == "leading_block":
+        pytest.skip("the unrolled projection has no runtime size")
+    cases, hout = psd_results(k, dtype, variant)
     index = [c[0] for c in cases].index(name)
     _, h, eps, absolute, n = cases[index]
     got = hout[index]

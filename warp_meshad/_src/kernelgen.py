@@ -15,6 +15,8 @@ import re
 
 import warp as wp
 
+from warp_meshad.kernels._dualgen import _pi
+
 __all__ = ["KernelSpec", "make_kernel", "MODES"]
 
 MODES = ("probe", "energy", "gradient", "hessian", "hessian_proj", "hvp", "residual", "jacobian", "gauss_newton")
@@ -148,6 +150,13 @@ def kernel_source(
             return f"{g}[{a * d}]"
         return "_VarT(" + ", ".join(f"{g}[{a * d + i}]" for i in range(d)) + ")"
 
+    def hget(i, j):
+        """Entry (i, j) of the local Hessian ``h``: packed (the dual's upper triangle) or a k x k matrix."""
+        if packed:
+            return f"h[{_pi(i, j, k)}]"
+        return f"h[{i}, {j}]"
+
+    packed = False
     if mode == "probe":
         pass
     elif mode == "energy":
@@ -203,14 +212,18 @@ def kernel_source(
                 )
             body.append(scatter_energy("weight * r.v"))
             body.append("g = r.g * weight")
+            # the dual keeps the upper triangle of its Hessian (packed); it is unpacked only for the
+            # loop projection
             if mode in ("hessian", "hvp"):
                 body.append("h = r.h * weight")
+                packed = True
             elif mode == "hessian_proj":
                 args += ["eps: _S", "absolute: int"]
                 if unrolled:  # literal indices: registers instead of local memory (GPU)
                     body.append("h = _D.project_psd_unrolled(r.h * weight, eps, absolute)")
+                    packed = True
                 else:
-                    body.append(f"h = _D.project_psd(r.h * weight, eps, absolute, {k})")
+                    body.append(f"h = _D.project_psd(_D.unpack(r.h * weight), eps, absolute, {k})")
         if mode == "hvp":
             args += ["v: wp.array(dtype=_VarT)", "hv_out: wp.array(dtype=_VarT)"]
             if d == 1:
@@ -220,7 +233,7 @@ def kernel_source(
                 for a in range(n):
                     body.append(f"va{a} = v[i{a}]")
             body.append(f"vl = _VecK({vals})")
-            body.append("hvl = h * vl")
+            body.append("hvl = _D.sym_mv(h, vl)")
             for a in range(n):
                 body.append(scatter_vec("hv_out", a, vecblock("hvl", a)))
         else:
@@ -233,7 +246,7 @@ def kernel_source(
             args += ["slots: wp.array2d(dtype=wp.int32)", f"hvals: wp.array(dtype={hv_t})"]
             for a in range(n):
                 for b in range(n):
-                    blk = block(lambda i, j, a=a, b=b: f"h[{a * d + i}, {b * d + j}]")
+                    blk = block(lambda i, j, a=a, b=b: hget(a * d + i, b * d + j))
                     body.append(scatter_block(a, b, blk))
     if mode not in ("probe", "residual", "jacobian"):
         args.append("offs: wp.vec3i")
