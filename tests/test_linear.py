@@ -1,4 +1,4 @@
-"""Linear back-ends: SciPy and Warp CG on CPU against numpy.linalg.solve; CuPy/cuDSS/CG on GPU (marked gpu)."""
+"""Linear back-ends: SciPy, QDLDL and Warp CG on CPU against numpy.linalg.solve; CuPy/cuDSS/CG on GPU (marked gpu)."""
 
 import importlib.util
 
@@ -13,6 +13,7 @@ from warp_meshad._src.linear import (
     LINEAR_SOLVER_NAMES,
     CGSolver,
     LinearSolveInfo,
+    QdldlSolver,
     ScipySolver,
     make_linear_solver,
 )
@@ -121,6 +122,50 @@ def test_scipy_reuses_pattern_and_refreshes_values():
     np.testing.assert_allclose(_flat(x2), np.linalg.solve(dense2, b2_np), rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.parametrize("bs", [1, 3])
+@pytest.mark.parametrize("dtype", [wp.float64, wp.float32])
+def test_qdldl_matches_numpy_and_refactors_in_place(bs, dtype):
+    A, dense, b_np, b, x = spd_system(bs=bs, seed=11 + bs, dtype=dtype)
+    solver = QdldlSolver()
+    tol = dict(rtol=1e-9, atol=1e-11) if dtype == wp.float64 else dict(rtol=2e-4, atol=1e-5)
+    info = solver.solve(A, b, x)
+    assert info.backend == "qdldl" and info.iterations == 1 and solver.fallbacks == 0
+    np.testing.assert_allclose(_flat(x), np.linalg.solve(dense.astype(np.float64), b_np), **tol)
+    ldl = solver._ldl
+    # new values, same pattern: the ordering and symbolic factorization are kept, the numbers refactored
+    _scale_values(A, 4.0)
+    info = solver.solve(A, b, x)
+    assert solver._ldl is ldl and info.analysis_ms < 1e3
+    np.testing.assert_allclose(_flat(x), np.linalg.solve(4.0 * dense, b_np), **tol)
+    # a new pattern gets a new factorization
+    A2, dense2, b2_np, b2, x2 = spd_system(n=23, bs=bs, seed=6, dtype=dtype)
+    solver.solve(A2, b2, x2)
+    assert solver._ldl is not ldl
+    np.testing.assert_allclose(_flat(x2), np.linalg.solve(dense2, b2_np), **tol)
+
+
+def test_qdldl_falls_back_to_superlu_where_ldl_fails():
+    # symmetric, nonsingular, zero diagonal: LDL^T without pivoting has no first pivot; SuperLU solves it
+    n = 4
+    rows, cols = [0, 1, 2, 3], [1, 0, 3, 2]
+    A = wps.bsr_from_triplets(
+        n, n, wp.array(rows, dtype=int), wp.array(cols, dtype=int), wp.array([1.0, 1.0, 2.0, 2.0], dtype=wp.float64)
+    )
+    b_np = np.array([1.0, 2.0, 3.0, 4.0])
+    b = wp.array(b_np, dtype=wp.float64)
+    x = wp.zeros(n, dtype=wp.float64)
+    solver = QdldlSolver()
+    info = solver.solve(A, b, x)
+    full = np.zeros((n, n))
+    full[rows, cols] = [1.0, 1.0, 2.0, 2.0]
+    assert info.backend == "scipy" and solver.fallbacks == 1
+    np.testing.assert_allclose(_flat(x), np.linalg.solve(full, b_np), rtol=1e-12)
+    # an SPD system afterwards factors with LDL^T again
+    A2, dense2, b2_np, b2, x2 = spd_system(n=9, bs=1, seed=2)
+    assert solver.solve(A2, b2, x2).backend == "qdldl"
+    np.testing.assert_allclose(_flat(x2), np.linalg.solve(dense2, b2_np), rtol=1e-9, atol=1e-11)
+
+
 def test_scipy_singular_raises():
     n = 4
     A = wps.bsr_from_triplets(
@@ -171,9 +216,11 @@ def test_factory_names_and_errors():
     assert make_linear_solver("scipy").name == "scipy"
     cg = make_linear_solver("cg", preconditioner="diag", tol=1e-9)
     assert cg.name == "cg" and cg.preconditioner == "diag"
-    assert make_linear_solver("auto", device="cpu").name == "scipy"
-    assert make_linear_solver("auto", device="cpu", tol=1e-6).name == "scipy"  # cg-only option is dropped
-    assert set(LINEAR_SOLVER_NAMES) == {"auto", "scipy", "cg", "cupy", "cudss"}
+    assert make_linear_solver("qdldl").name == "qdldl"
+    assert make_linear_solver("auto", device="cpu").name == "qdldl"  # a dependency: installed with the package
+    assert make_linear_solver("auto", device="cpu", tol=1e-6).name == "qdldl"  # cg-only option is dropped
+    assert make_linear_solver("auto", device="cpu", symmetric=False).name == "scipy"  # LDL^T is for symmetric A
+    assert set(LINEAR_SOLVER_NAMES) == {"auto", "scipy", "qdldl", "cg", "cupy", "cudss"}
     with pytest.raises(ValueError, match="cudss"):
         make_linear_solver("umfpack")
     with pytest.raises(TypeError, match="bogus"):

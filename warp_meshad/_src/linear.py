@@ -9,6 +9,9 @@ Back-ends (pick one by name with :func:`make_linear_solver`):
 
 - ``"scipy"``: SuperLU (``scipy.sparse.linalg.splu``) on the host. The scalar CSR pattern is built once per sparsity
   pattern and refilled in place; SciPy exposes no reusable symbolic factorization, so ordering runs each call.
+- ``"qdldl"``: sparse LDL^T (QDLDL, AMD ordering) on the host, for symmetric matrices: ordering and symbolic
+  factorization once per pattern, a numeric refactorization per call; falls back to SuperLU where LDL^T without
+  pivoting fails (an indefinite or singular matrix).
 - ``"cg"``: Warp's conjugate gradient (``warp.optim.linear.cg``) with a ``"none"``, ``"diag"`` or ``"block_jacobi"``
   preconditioner, on CPU and GPU. Solver buffers are allocated once per system shape.
 - ``"cupy"``: ``cupyx.scipy.sparse.linalg.spsolve`` on a zero-copy CuPy CSR view of our device buffers (GPU only).
@@ -16,7 +19,7 @@ Back-ends (pick one by name with :func:`make_linear_solver`):
   symbolic factorization (``plan()``) run once per sparsity pattern; each call refills the CSR values in place and runs
   the numeric factorization and the solve.
 - ``"auto"``: cuDSS where it imports and works on a CUDA device, else CuPy, else Warp CG with block-Jacobi on a GPU;
-  SciPy on the CPU. ``solver.name`` says which was picked (logged once per device with :mod:`logging`).
+  QDLDL on the CPU where it imports (SciPy when given ``symmetric=False`` or an ``ordering``), else SciPy. ``solver.name`` says which was picked (logged once per device with :mod:`logging`).
 
 The sparsity pattern of ``A`` is identified by its ``offsets``/``columns`` array objects, their addresses, the block
 count and the shape: a matrix whose pattern is rebuilt *in place* in the same arrays must be announced with
@@ -44,13 +47,14 @@ __all__ = [
     "LinearSolveError",
     "LinearSolveInfo",
     "LinearSolver",
+    "QdldlSolver",
     "ScipySolver",
     "make_linear_solver",
 ]
 
 _logger = logging.getLogger("warp_meshad.linear")
 
-LINEAR_SOLVER_NAMES = ("auto", "scipy", "cg", "cupy", "cudss")
+LINEAR_SOLVER_NAMES = ("auto", "scipy", "qdldl", "cg", "cupy", "cudss")
 """Names accepted by :func:`make_linear_solver`."""
 
 _CUDSS_INSTALL = 'pip install "warp-meshad[cudss]"'
@@ -66,7 +70,8 @@ class LinearSolveInfo:
     """What one :meth:`LinearSolver.solve` call did.
 
     Attributes:
-        backend: name of the back-end that ran (``"scipy"``, ``"cg"``, ``"cupy"``, ``"cudss"``).
+        backend: name of the back-end that ran (``"scipy"``, ``"qdldl"``, ``"cg"``, ``"cupy"``, ``"cudss"``; a
+            ``"qdldl"`` call that fell back to SuperLU says ``"scipy"``).
         iterations: iterations of an iterative back-end; 1 for direct back-ends.
         residual_norm: ``||b - A x||_2`` after the solve (CG: its recursively updated residual); NaN when not computed.
         analysis_ms: time of per-pattern work this call (pattern conversion, reordering, symbolic factorization); 0
@@ -289,7 +294,7 @@ class LinearSolver:
     """Base class of the linear back-ends.
 
     Attributes:
-        name: back-end name (``"scipy"``, ``"cg"``, ``"cupy"``, ``"cudss"``).
+        name: back-end name (``"scipy"``, ``"qdldl"``, ``"cg"``, ``"cupy"``, ``"cudss"``).
     """
 
     name: str = "base"
@@ -361,25 +366,46 @@ class ScipySolver(LinearSolver):
         self._csr = None
 
     def solve(self, A, b, x):
+        _check_system(A, b, x)
+        t0 = _now(A.device)
+        self._host_pattern(A)
+        return self._factor_solve(A, b, x, _ms_since(t0, A.device))
+
+    def _host_pattern(self, A) -> bool:
+        """Build the scalar CSR buffers and their host copies for a new sparsity pattern; True if it was new."""
+        key = _pattern_key(A)
+        if self._pattern == key:
+            return False
+        self._csr = _CsrBuffers(A)
+        self._host_indptr = self._csr.indptr.numpy()
+        self._host_indices = self._csr.indices.numpy()[: self._csr.nnz]
+        self._pattern = _pattern_key(A)  # after nnz_sync() made A.nnz exact
+        return True
+
+    def _host_values(self, A) -> np.ndarray:
+        """A's scalar CSR values on the host (zero-copy view on the CPU, a host copy on the GPU)."""
+        csr = self._csr
+        csr.update_values(A)
+        data = csr.data.numpy()[: csr.nnz]
+        if not np.all(np.isfinite(data)):
+            raise LinearSolveError(f"{self.name}: the matrix has non-finite entries")
+        return data
+
+    def _write_solution(self, A, x, sol) -> None:
+        if A.device.is_cpu:
+            x.numpy().reshape(-1)[:] = sol
+        else:
+            bs = self._csr.block_dim
+            x.assign(sol.reshape((A.nrow,) if bs == 1 else (A.nrow, bs)))
+
+    def _factor_solve(self, A, b, x, analysis_ms: float) -> LinearSolveInfo:
         import scipy.sparse as sps
         import scipy.sparse.linalg as spla
 
-        _check_system(A, b, x)
         device = A.device
-        t0 = _now(device)
-        key = _pattern_key(A)
-        if self._pattern != key:
-            self._csr = _CsrBuffers(A)
-            self._host_indptr = self._csr.indptr.numpy()
-            self._host_indices = self._csr.indices.numpy()[: self._csr.nnz]
-            self._pattern = _pattern_key(A)  # after nnz_sync() made A.nnz exact
-        analysis_ms = _ms_since(t0, device)
-
         t0 = time.perf_counter()
-        csr = self._csr
-        csr.update_values(A)
-        data = csr.data.numpy()[: csr.nnz]  # zero-copy view on CPU, host copy on GPU
-        n = csr.size
+        data = self._host_values(A)
+        n = self._csr.size
         if self.symmetric:
             mat = sps.csc_matrix((data, self._host_indices, self._host_indptr), shape=(n, n))
             options = {"SymmetricMode": True}
@@ -388,8 +414,6 @@ class ScipySolver(LinearSolver):
             mat = sps.csr_matrix((data, self._host_indices, self._host_indptr), shape=(n, n)).tocsc()
             options = {}
             pivot = 1.0
-        if not np.all(np.isfinite(data)):
-            raise LinearSolveError("scipy: the matrix has non-finite entries")
         try:
             lu = spla.splu(mat, permc_spec=self.ordering, diag_pivot_thresh=pivot, options=options)
         except RuntimeError as exc:  # "Factor is exactly singular"
@@ -398,14 +422,101 @@ class ScipySolver(LinearSolver):
 
         t0 = time.perf_counter()
         rhs = b.numpy().reshape(-1).astype(data.dtype, copy=False)
-        sol = lu.solve(rhs)
-        if device.is_cpu:
-            x.numpy().reshape(-1)[:] = sol
-        else:
-            bs = csr.block_dim
-            x.assign(sol.reshape((A.nrow,) if bs == 1 else (A.nrow, bs)))
+        self._write_solution(A, x, lu.solve(rhs))
         solve_ms = _ms_since(t0, device)
-        return LinearSolveInfo(self.name, 1, self._residual(A, b, x), analysis_ms, factor_ms, solve_ms)
+        return LinearSolveInfo("scipy", 1, self._residual(A, b, x), analysis_ms, factor_ms, solve_ms)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# QDLDL (CPU): sparse LDL^T with a reusable ordering and symbolic factorization
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class QdldlSolver(ScipySolver):
+    """Sparse LDL^T (QDLDL, AMD ordering) on the host, for symmetric matrices.
+
+    The ordering and the symbolic factorization run once per sparsity pattern; later calls refactor the numbers only
+    (``qdldl.Solver.update``), which SuperLU cannot do. LDL^T without pivoting needs a quasi-definite matrix: the
+    positive definite Hessians of projected Newton are. Where the factorization fails (a zero pivot: an indefinite
+    or singular matrix), that call falls back to SuperLU (:class:`ScipySolver`, symmetric mode) and its
+    :class:`LinearSolveInfo` says ``backend="scipy"``; the next call tries LDL^T again.
+
+    Args:
+        compute_residual: compute ``||b - A x||`` after each solve (one SpMV); a solve whose residual exceeds
+            ``residual_tolerance * ||b||`` (growth in an indefinite matrix) is redone with SuperLU. Without it, only a
+            failed factorization or a non-finite solution falls back.
+        residual_tolerance: relative residual above which the LDL^T solution is not trusted.
+
+    Attributes:
+        fallbacks: calls that fell back to SuperLU so far.
+
+    Raises:
+        ImportError: ``qdldl`` is not installed (``pip install qdldl``).
+    """
+
+    name = "qdldl"
+
+    def __init__(self, compute_residual: bool = True, residual_tolerance: float = 1e-6):
+        super().__init__(symmetric=True, compute_residual=compute_residual)
+        _import_qdldl()
+        self.residual_tolerance = float(residual_tolerance)
+        self.fallbacks = 0
+        self._ldl = None
+
+    def invalidate_pattern(self) -> None:
+        super().invalidate_pattern()
+        self._ldl = None
+
+    def solve(self, A, b, x):
+        import scipy.sparse as sps
+
+        _check_system(A, b, x)
+        device = A.device
+        t0 = _now(device)
+        if self._host_pattern(A):
+            # read as CSC, the symmetric CSR is the same matrix: its entries with column <= row are the CSC's upper
+            # triangle, which QDLDL takes as it is
+            indptr, indices = self._host_indptr, self._host_indices
+            rows = np.repeat(np.arange(self._csr.size, dtype=np.int32), np.diff(indptr))
+            self._upper = np.flatnonzero(indices <= rows)
+            counts = np.bincount(rows[self._upper], minlength=self._csr.size)
+            self._upper_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+            self._upper_indices = indices[self._upper]
+            self._ldl = None
+        analysis_ms = _ms_since(t0, device)
+        t0 = time.perf_counter()
+        data = self._host_values(A)
+        n = self._csr.size
+        upper = sps.csc_matrix((data[self._upper].astype(np.float64, copy=False), self._upper_indices,
+                                self._upper_indptr), shape=(n, n))  # fmt: skip
+        qdldl = _import_qdldl()
+        try:
+            if self._ldl is None:
+                self._ldl = qdldl.Solver(upper, upper=True)  # ordering, symbolic and numeric factorization
+            else:
+                self._ldl.update(upper, upper=True)  # numeric factorization only
+        except (RuntimeError, ValueError) as exc:  # "not quasi-definite" (zero pivot) and the like
+            return self._fall_back(A, b, x, analysis_ms, str(exc))
+        factor_ms = (time.perf_counter() - t0) * 1000.0
+        t0 = time.perf_counter()
+        rhs = b.numpy().reshape(-1).astype(np.float64, copy=False)
+        sol = self._ldl.solve(rhs)
+        if not np.all(np.isfinite(sol)):
+            return self._fall_back(A, b, x, analysis_ms, "non-finite solution")
+        self._write_solution(A, x, sol.astype(data.dtype, copy=False))
+        solve_ms = _ms_since(t0, device)
+        residual = self._residual(A, b, x)
+        # without pivoting, an indefinite matrix can factor with growth: a bad residual means "use SuperLU"
+        if residual > self.residual_tolerance * max(float(np.linalg.norm(rhs)), np.finfo(np.float64).tiny):
+            return self._fall_back(A, b, x, analysis_ms, f"relative residual {residual / np.linalg.norm(rhs):.1e}")
+        return LinearSolveInfo(self.name, 1, residual, analysis_ms, factor_ms, solve_ms)
+
+    def _fall_back(self, A, b, x, analysis_ms, why: str) -> LinearSolveInfo:
+        self._ldl = None
+        self.fallbacks += 1
+        if self.fallbacks == 1:
+            _logger.warning("qdldl: LDL^T failed (%s); this call and later failing ones use SuperLU", why)
+        return self._factor_solve(A, b, x, analysis_ms)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -501,6 +612,14 @@ class CGSolver(LinearSolver):
 # ----------------------------------------------------------------------------------------------------------------------
 # GPU back-ends: CuPy and cuDSS (nvmath-python)
 # ----------------------------------------------------------------------------------------------------------------------
+
+
+def _import_qdldl():
+    try:
+        import qdldl
+    except ImportError as exc:
+        raise ImportError(f"the 'qdldl' linear solver needs the qdldl package: pip install qdldl ({exc})") from exc
+    return qdldl
 
 
 def _import_cupy():
@@ -744,7 +863,7 @@ class CudssSolver(_GpuCsrSolver):
 # Factory and "auto"
 # ----------------------------------------------------------------------------------------------------------------------
 
-_BACKENDS = {"scipy": ScipySolver, "cg": CGSolver, "cupy": CupySolver, "cudss": CudssSolver}
+_BACKENDS = {"scipy": ScipySolver, "qdldl": QdldlSolver, "cg": CGSolver, "cupy": CupySolver, "cudss": CudssSolver}
 _probe_cache: dict[tuple[str, str], bool] = {}
 _logged_auto: set[tuple[str, str]] = set()
 
@@ -780,9 +899,11 @@ def make_linear_solver(name: str = "auto", *, device=None, **options) -> LinearS
     """Create a linear back-end by name.
 
     Args:
-        name: one of :data:`LINEAR_SOLVER_NAMES`: ``"auto"``, ``"scipy"``, ``"cg"``, ``"cupy"``, ``"cudss"``.
+        name: one of :data:`LINEAR_SOLVER_NAMES`: ``"auto"``, ``"scipy"``, ``"qdldl"``, ``"cg"``, ``"cupy"``,
+            ``"cudss"``.
         device: device the systems will live on (only used by ``"auto"``); default ``wp.get_device()``.
-        **options: keyword options of the chosen back-end class (:class:`ScipySolver`, :class:`CGSolver`,
+        **options: keyword options of the chosen back-end class (:class:`ScipySolver`, :class:`QdldlSolver`,
+            :class:`CGSolver`,
             :class:`CupySolver`, :class:`CudssSolver`). With ``"auto"``, each option goes to the picked back-end only if
             that back-end accepts it; an option that no back-end accepts is an error.
 
@@ -819,7 +940,9 @@ def make_linear_solver(name: str = "auto", *, device=None, **options) -> LinearS
         candidates = ["cudss", "cupy"]
         picked = next((c for c in candidates if _probe(c, device)), "cg")
     else:
-        picked = "scipy"
+        # SuperLU's own options (an unsymmetric matrix, an ordering) ask for SuperLU
+        superlu = options.get("symmetric", True) is False or "ordering" in options
+        picked = "qdldl" if not superlu and _probe("qdldl", device) else "scipy"
     key = (str(device), picked)
     if key not in _logged_auto:
         _logged_auto.add(key)
