@@ -680,13 +680,18 @@ def _pi(i: int, j: int, k: int) -> int:
     return i * k - i * (i - 1) // 2 + (j - i)
 
 
+def _upper_pairs(k: int) -> list[tuple[int, int]]:
+    """The (i, j), i <= j, of a k x k upper triangle in packed order (``_pi(i, j, k)`` is the position)."""
+    return [(i, j) for i in range(k) for j in range(i, k)]
+
+
 def _packed(out: _Src, k: int):
     """Helpers on the packed Hessian (``vecP``: the k (k + 1) / 2 entries of the upper triangle, row by row).
 
     The dual Hessian is symmetric, so only its upper triangle is stored and updated: 78 instead of 144
     numbers for k = 12, which keeps more of a dual in registers. Every index is a literal.
     """
-    pairs = [(i, j) for i in range(k) for j in range(i, k)]
+    pairs = _upper_pairs(k)
     gl = "".join(f"    a{i} = a[{i}]\n" for i in range(k))
     bl = "".join(f"    b{i} = b[{i}]\n" for i in range(k))
     out.func("def _sym(a: vecK):\n" + gl + "    return vecP(" + ", ".join(f"a{i} * a{j}" for i, j in pairs) + ")")
@@ -728,7 +733,11 @@ def _psd_unrolled(out: _Src, k: int):
     def A(i, j):
         return f"a{min(i, j)}_{max(i, j)}"
 
-    pairs = [(i, j) for i in range(k) for j in range(i, k)]
+    def rotate(x, y):
+        """(x, y) <- (c x - s y, s x + c y): one pair of entries under the rotation."""
+        return [f"        x0 = {x}", f"        x1 = {y}", f"        {x} = c * x0 - s * x1", f"        {y} = s * x0 + c * x1"]
+
+    pairs = _upper_pairs(k)
     lines = ["def project_psd_unrolled(h: vecP, eps: S, absolute: int):"]
     lines += [f"    {A(i, j)} = h[{n}]" for n, (i, j) in enumerate(pairs)]
     # Cholesky of h - eps I (l_ij, i >= j): ok stays 1 while every pivot is positive
@@ -767,22 +776,11 @@ def _psd_unrolled(out: _Src, k: int):
                 f"        {A(q, q)} = {A(q, q)} + t * apq",
                 f"        {A(p, q)} = S(0.0)",
             ]
-            for r in range(k):
-                if r in (p, q):
-                    continue
-                lines += [
-                    f"        x0 = {A(r, p)}",
-                    f"        x1 = {A(r, q)}",
-                    f"        {A(r, p)} = c * x0 - s * x1",
-                    f"        {A(r, q)} = s * x0 + c * x1",
-                ]
-            for r in range(k):
-                lines += [
-                    f"        x0 = v{r}_{p}",
-                    f"        x1 = v{r}_{q}",
-                    f"        v{r}_{p} = c * x0 - s * x1",
-                    f"        v{r}_{q} = s * x0 + c * x1",
-                ]
+            for r in range(k):  # the other entries of rows p and q of the matrix
+                if r not in (p, q):
+                    lines += rotate(A(r, p), A(r, q))
+            for r in range(k):  # columns p and q of the eigenvectors
+                lines += rotate(f"v{r}_{p}", f"v{r}_{q}")
     for m in range(k):
         lines += [
             f"    lam = {A(m, m)}",

@@ -150,13 +150,14 @@ def kernel_source(
             return f"{g}[{a * d}]"
         return "_VarT(" + ", ".join(f"{g}[{a * d + i}]" for i in range(d)) + ")"
 
-    def hget(i, j):
-        """Entry (i, j) of the local Hessian ``h``: packed (the dual's upper triangle) or a k x k matrix."""
-        if packed:
-            return f"h[{_pi(i, j, k)}]"
-        return f"h[{i}, {j}]"
+    # the local Hessian ``h`` is the dual's packed upper triangle, except where it is a k x k matrix: the
+    # Gauss-Newton sum and the loop projection (which unpacks the dual's first)
+    packed = mode in ("hessian", "hvp") or (mode == "hessian_proj" and unrolled)
 
-    packed = False
+    def hget(i, j):
+        """Entry (i, j) of the local Hessian ``h``."""
+        return f"h[{_pi(i, j, k)}]" if packed else f"h[{i}, {j}]"
+
     if mode == "probe":
         pass
     elif mode == "energy":
@@ -212,16 +213,12 @@ def kernel_source(
                 )
             body.append(scatter_energy("weight * r.v"))
             body.append("g = r.g * weight")
-            # the dual keeps the upper triangle of its Hessian (packed); it is unpacked only for the
-            # loop projection
             if mode in ("hessian", "hvp"):
                 body.append("h = r.h * weight")
-                packed = True
             elif mode == "hessian_proj":
                 args += ["eps: _S", "absolute: int"]
                 if unrolled:  # literal indices: registers instead of local memory (GPU)
                     body.append("h = _D.project_psd_unrolled(r.h * weight, eps, absolute)")
-                    packed = True
                 else:
                     body.append(f"h = _D.project_psd(_D.unpack(r.h * weight), eps, absolute, {k})")
         if mode == "hvp":

@@ -19,7 +19,8 @@ Back-ends (pick one by name with :func:`make_linear_solver`):
   symbolic factorization (``plan()``) run once per sparsity pattern; each call refills the CSR values in place and runs
   the numeric factorization and the solve.
 - ``"auto"``: cuDSS where it imports and works on a CUDA device, else CuPy, else Warp CG with block-Jacobi on a GPU;
-  QDLDL on the CPU where it imports (SciPy when given ``symmetric=False`` or an ``ordering``), else SciPy. ``solver.name`` says which was picked (logged once per device with :mod:`logging`).
+  QDLDL on the CPU where it imports (SciPy when given ``symmetric=False`` or an ``ordering``), else SciPy.
+  ``solver.name`` says which was picked (logged once per device with :mod:`logging`).
 
 The sparsity pattern of ``A`` is identified by its ``offsets``/``columns`` array objects, their addresses, the block
 count and the shape: a matrix whose pattern is rebuilt *in place* in the same arrays must be announced with
@@ -458,7 +459,7 @@ class QdldlSolver(ScipySolver):
 
     def __init__(self, compute_residual: bool = True, residual_tolerance: float = 1e-6):
         super().__init__(symmetric=True, compute_residual=compute_residual)
-        _import_qdldl()
+        self._qdldl = _import_qdldl()
         self.residual_tolerance = float(residual_tolerance)
         self.fallbacks = 0
         self._ldl = None
@@ -467,32 +468,32 @@ class QdldlSolver(ScipySolver):
         super().invalidate_pattern()
         self._ldl = None
 
-    def solve(self, A, b, x):
+    def _host_pattern(self, A) -> bool:
+        if not super()._host_pattern(A):
+            return False
+        # read as CSC, the symmetric CSR is the same matrix: its entries with column <= row are the CSC's upper
+        # triangle, which QDLDL takes as it is
+        indptr, indices, n = self._host_indptr, self._host_indices, self._csr.size
+        rows = np.repeat(np.arange(n, dtype=np.int32), np.diff(indptr))
+        self._upper = np.flatnonzero(indices <= rows)
+        counts = np.bincount(rows[self._upper], minlength=n)
+        self._upper_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        self._upper_indices = indices[self._upper]
+        self._ldl = None
+        return True
+
+    def _factor_solve(self, A, b, x, analysis_ms: float) -> LinearSolveInfo:
         import scipy.sparse as sps
 
-        _check_system(A, b, x)
         device = A.device
-        t0 = _now(device)
-        if self._host_pattern(A):
-            # read as CSC, the symmetric CSR is the same matrix: its entries with column <= row are the CSC's upper
-            # triangle, which QDLDL takes as it is
-            indptr, indices = self._host_indptr, self._host_indices
-            rows = np.repeat(np.arange(self._csr.size, dtype=np.int32), np.diff(indptr))
-            self._upper = np.flatnonzero(indices <= rows)
-            counts = np.bincount(rows[self._upper], minlength=self._csr.size)
-            self._upper_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-            self._upper_indices = indices[self._upper]
-            self._ldl = None
-        analysis_ms = _ms_since(t0, device)
         t0 = time.perf_counter()
         data = self._host_values(A)
         n = self._csr.size
         upper = sps.csc_matrix((data[self._upper].astype(np.float64, copy=False), self._upper_indices,
                                 self._upper_indptr), shape=(n, n))  # fmt: skip
-        qdldl = _import_qdldl()
         try:
             if self._ldl is None:
-                self._ldl = qdldl.Solver(upper, upper=True)  # ordering, symbolic and numeric factorization
+                self._ldl = self._qdldl.Solver(upper, upper=True)  # ordering, symbolic and numeric factorization
             else:
                 self._ldl.update(upper, upper=True)  # numeric factorization only
         except (RuntimeError, ValueError) as exc:  # "not quasi-definite" (zero pivot) and the like
@@ -507,8 +508,9 @@ class QdldlSolver(ScipySolver):
         solve_ms = _ms_since(t0, device)
         residual = self._residual(A, b, x)
         # without pivoting, an indefinite matrix can factor with growth: a bad residual means "use SuperLU"
-        if residual > self.residual_tolerance * max(float(np.linalg.norm(rhs)), np.finfo(np.float64).tiny):
-            return self._fall_back(A, b, x, analysis_ms, f"relative residual {residual / np.linalg.norm(rhs):.1e}")
+        b_norm = max(float(np.linalg.norm(rhs)), np.finfo(np.float64).tiny)
+        if residual > self.residual_tolerance * b_norm:
+            return self._fall_back(A, b, x, analysis_ms, f"relative residual {residual / b_norm:.1e}")
         return LinearSolveInfo(self.name, 1, residual, analysis_ms, factor_ms, solve_ms)
 
     def _fall_back(self, A, b, x, analysis_ms, why: str) -> LinearSolveInfo:
@@ -516,7 +518,7 @@ class QdldlSolver(ScipySolver):
         self.fallbacks += 1
         if self.fallbacks == 1:
             _logger.warning("qdldl: LDL^T failed (%s); this call and later failing ones use SuperLU", why)
-        return self._factor_solve(A, b, x, analysis_ms)
+        return super()._factor_solve(A, b, x, analysis_ms)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
