@@ -29,6 +29,8 @@ Methods (same springs, same float32 data, one process, one GPU):
 * ``warp_tape_gradient``: gradient only, reverse mode with ``wp.Tape`` (compare with ``warp_meshad_gradient``).
 
 All methods are checked against warp_meshad's assembled Hessian and gradient first (relative Frobenius error).
+The warp_meshad methods also record ``setup_s``: building the Problem with its Hessian pattern and tile plan
+(``setup_problem``; both built on the device since session 6).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import traceback
 import numpy as np
 import warp as wp
 
-from benchmarks.common import record, time_host, time_torch, time_warp, write
+from benchmarks.common import guard_cpu_out, record, time_host, time_torch, time_warp, write
 
 NAME = "mass_spring"
 STIFFNESS = 10.0
@@ -102,14 +104,39 @@ def build(n, device, seed=0, assembly="atomic", morton=False, deterministic=Fals
         mesh = mesh.reordered()
         X = X[mesh.vertex_map]
     rest = (0.9 * mesh.edge_lengths()).astype(np.float32)
-    problem = wm.Problem(mesh.vertex_count, 3, dtype=wp.float32, device=device, assembly=assembly,
-                         deterministic=deterministic)
     data = MassSpringDataF()
     data.rest = wp.array(rest, dtype=wp.float32, device=device)
     data.stiffness = wp.float32(STIFFNESS)
-    problem.add_term(mesh.edges, mass_spring_f32, data)
+    problem = setup_problem(mesh.vertex_count, mesh.edges, data, device, assembly, deterministic)
     x = wp.array(X, dtype=wp.vec3f, device=device)
     return mesh, X, rest, problem, data, x
+
+
+def setup_problem(nv, edges, data, device, assembly="atomic", deterministic=False):
+    """The springs' Problem with its Hessian pattern and tile plan built; ``problem.setup_s`` is the wall time of
+    that setup (construction, add_term, pattern, plan, synchronized; no kernel is compiled or run)."""
+    import time
+
+    import warp_meshad as wm
+    from warp_meshad.kernels.energies import mass_spring_f32
+
+    wp.synchronize_device(device)
+    t0 = time.perf_counter()
+    problem = wm.Problem(nv, 3, dtype=wp.float32, device=device, assembly=assembly, deterministic=deterministic)
+    problem.add_term(edges, mass_spring_f32, data)
+    problem._ensure_pattern()
+    problem._tile_plan("hessian")
+    wp.synchronize_device(device)
+    problem.setup_s = time.perf_counter() - t0
+    return problem
+
+
+def warm_setup(device):
+    """Build small problems of every assembly once, so that the measured setups load no module (the pattern and
+    plan kernels compile or load on first use: ~1.5 s on an H200 with a cold cache)."""
+    for asm, det in (("atomic", False), ("auto", False), ("tiled", False), ("auto", True), ("atomic", True)):
+        mesh, _, _, problem, _, _ = build(64, device, assembly=asm, deterministic=det)
+        del problem
 
 
 def rel(a, b):
@@ -138,8 +165,10 @@ def run_size(n, device, methods, runs, records):
         records.append(r)
         print(f"   {method:24s} median {r['ms_median']:9.4f} ms  min {r['ms_min']:9.4f} ms")
 
+    print(f"   setup (pattern + plan): atomic {problem.setup_s:.3f} s")
     if "warp_meshad_atomic" in methods:
-        add("warp_meshad_atomic", time_warp(lambda: problem.assemble_hessian(x), device, runs), assembly="atomic")
+        add("warp_meshad_atomic", time_warp(lambda: problem.assemble_hessian(x), device, runs), assembly="atomic",
+            setup_s=problem.setup_s)
     variants = (("warp_meshad", "auto", False), ("warp_meshad_tiled", "tiled", False),
                 ("warp_meshad_tiled_morton", "tiled", True), ("warp_meshad_atomic_morton", "atomic", True))
     for method, asm, morton in variants:
@@ -163,16 +192,14 @@ def run_size(n, device, methods, runs, records):
             plan = q._tiles[1]
             extra = dict(patches=plan.patch_count, evaluations=plan.evaluations[0], elements=mesh.edge_count)
             print(f"   {method}: {plan.patch_count} patches, {plan.evaluations[0] / mesh.edge_count:.3f} evaluations per spring")
-        add(method, time_warp(lambda: q.assemble_hessian(xq), device, runs), assembly=asm, check_rel_error=max(err), **extra)
+        print(f"   {method}: setup {q.setup_s:.3f} s")
+        add(method, time_warp(lambda: q.assemble_hessian(xq), device, runs), assembly=asm, check_rel_error=max(err),
+            setup_s=q.setup_s, **extra)
         del q
     for det_method, det_asm in (("warp_meshad_deterministic", "auto"), ("warp_meshad_deterministic_buffers", "atomic")):
         if det_method not in methods:
             continue
-        import warp_meshad as wm
-        from warp_meshad.kernels.energies import mass_spring_f32
-
-        q = wm.Problem(nv, 3, dtype=wp.float32, device=device, deterministic=True, assembly=det_asm)
-        q.add_term(mesh.edges, mass_spring_f32, data)
+        q = setup_problem(nv, mesh.edges, data, device, det_asm, deterministic=True)
         outs = []
         for _ in range(10 if n <= 1000 else 3):
             fq, gq, Hq = q.assemble_hessian(x)
@@ -182,8 +209,9 @@ def run_size(n, device, methods, runs, records):
         print(f"   deterministic vs atomic: energy {err[0]:.2e} gradient {err[1]:.2e} hessian {err[2]:.2e}; bitwise repeat: {same}")
         assert max(err) < 1e-4 and same, (err, same)
         tiled_det = q._tiles is not None and q._tiles[1] is not None
+        print(f"   {det_method}: setup {q.setup_s:.3f} s")
         add(det_method, time_warp(lambda: q.assemble_hessian(x), device, runs), bitwise_repeat=same,
-            assembly="tiled" if tiled_det else "buffers")
+            assembly="tiled" if tiled_det else "buffers", setup_s=q.setup_s)
         del q
     if "warp_meshad_proj" in methods:
         add("warp_meshad_proj", time_warp(lambda: problem.assemble_hessian(x, projection="clamp"), device, runs),
@@ -352,6 +380,8 @@ def main(argv=None):
     wp.config.log_level = wp.LOG_WARNING
     wp.init()
     device = args.device or ("cuda:0" if wp.get_cuda_device_count() else "cpu")
+    guard_cpu_out(wp.get_device(device).is_cuda)
+    warm_setup(device)
     records = []
     for n in args.sizes:
         try:

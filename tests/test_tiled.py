@@ -7,6 +7,7 @@ import pytest
 import warp as wp
 
 import warp_meshad as wm
+from warp_meshad._src.pattern import build_hessian_pattern
 from warp_meshad._src.tiled import build_tile_plan, tile_capacity
 from warp_meshad.kernels import ad
 
@@ -72,11 +73,11 @@ def test_tiled_assembly_equals_atomic_over_many_patches(device, projection):
     np.testing.assert_allclose(wm.to_scipy(H2).toarray(), outs[0][2], rtol=1e-11, atol=1e-11)
 
 
-def test_tile_plan_lists_each_element_once_per_patch_of_its_rows():
+def test_tile_plan_lists_each_element_once_per_patch_of_its_rows(device):
     mesh = wm.TriMesh.grid(30, 30)
-    p = build(mesh, "cpu", "tiled")
+    p = build(mesh, device, "tiled")
     p._ensure_pattern()
-    plan = build_tile_plan(p._pattern.offsets, [t.elements_np for t in p.terms], p.block_type, "cpu")
+    plan = build_tile_plan(p._pattern.offsets, [t.elements_np for t in p.terms], p.block_type, device)
     offsets = p._pattern.offsets
     bstart = plan.block_start.numpy()
     assert bstart[0] == 0 and bstart[-1] == offsets[-1]
@@ -135,12 +136,12 @@ def test_bad_assembly_option_is_refused():
         wm.Problem(4, 3, assembly="shared")
 
 
-def test_deterministic_tiled_rounds_never_add_twice_to_one_entry():
+def test_deterministic_tiled_rounds_never_add_twice_to_one_entry(device):
     mesh = wm.TriMesh.grid(20, 18)
-    p = build(mesh, "cpu", "tiled")
+    p = build(mesh, device, "tiled")
     p._ensure_pattern()
-    plan = build_tile_plan(p._pattern.offsets, [t.elements_np for t in p.terms], p.block_type, "cpu",
-                           slot_arrays=p._pattern.slots, var_type=p.variable_type, block_dim=32)
+    plan = build_tile_plan(p._pattern.offsets, [t.elements_np for t in p.terms], p.block_type, device,
+                           rounds=True, var_type=p.variable_type, block_dim=32)
     assert plan.deterministic and plan.patch_count > 3
     bstart = plan.block_start.numpy()
     for t, slots, entries, rstart, prs in zip(p.terms, p._pattern.slots, plan.entries, plan.round_start,
@@ -163,18 +164,62 @@ def test_deterministic_tiled_rounds_never_add_twice_to_one_entry():
             np.testing.assert_array_equal(np.sort(listed), expected)
 
 
-def test_deterministic_plan_takes_three_rounds_per_patch_of_a_spring_grid():
+@pytest.mark.parametrize("stencil", ["edges", "shuffled_faces", "edge_diamonds"])
+def test_plan_built_on_the_device_lists_what_the_numpy_build_lists(device, stencil):
+    """The device build of the plan (sorts, scans, a thread per element position) against the numpy build it
+    replaced (tests/tiled_reference.py): the same patches and the same elements per patch; with rounds, valid
+    rounds (no two elements of a round add to one tile entry), as few as the numpy build's within 2%, and the
+    same plan when built twice."""
+    import tiled_reference
+
+    mesh = wm.TriMesh.grid(60, 40)
+    el = {"edges": mesh.edges, "shuffled_faces": mesh.faces, "edge_diamonds": mesh.edge_diamonds}[stencil]
+    if stencil == "shuffled_faces":
+        el = el[np.random.default_rng(3).permutation(el.shape[0])]
+    el = np.ascontiguousarray(el, dtype=np.int32)
+    pattern = build_hessian_pattern(mesh.vertex_count, [el])
+    block, bd = wp.types.matrix((3, 3), wp.float32), 64
+    for rounds in (False, True):
+        plan = build_tile_plan(pattern.offsets, [wp.array(el, dtype=wp.int32, device=device)], block, device, rounds=rounds,
+                               var_type=wp.vec3f, block_dim=bd)  # fmt: skip
+        bounds = plan.row_start.numpy().astype(np.int64)
+        ref = tiled_reference.plan_terms(pattern.offsets.astype(np.int64), bounds, [el],
+                                         pattern.slots if rounds else None, bd)  # fmt: skip
+        starts, entries = plan.entry_start[0].numpy(), plan.entries[0].numpy()
+        np.testing.assert_array_equal(starts, ref["starts"][0])
+        assert plan.evaluations == ref["evals"] and plan.patch_count > 10
+        for q in range(plan.patch_count):
+            np.testing.assert_array_equal(np.sort(entries[starts[q]:starts[q + 1]]),
+                                          np.sort(ref["entries"][0][starts[q]:starts[q + 1]]))  # fmt: skip
+        if not rounds:
+            continue
+        assert plan.round_count[0] <= 1.02 * ref["round_total"]
+        rstart, prs, bstart = plan.round_start[0].numpy(), plan.patch_round_start[0].numpy(), plan.block_start.numpy()
+        assert rstart[-1] == entries.size and prs[-1] == rstart.size - 1 and np.all(np.diff(rstart) <= bd)
+        for q in range(plan.patch_count):
+            for r in range(prs[q], prs[q + 1]):
+                assert starts[q] <= rstart[r] < rstart[r + 1] <= starts[q + 1]
+                s = pattern.slots[0][entries[rstart[r]:rstart[r + 1]]]
+                for col in range(s.shape[1]):
+                    owned = s[:, col][(s[:, col] >= bstart[q]) & (s[:, col] < bstart[q + 1])]
+                    assert len(np.unique(owned)) == len(owned)
+        again = build_tile_plan(pattern.offsets, [el], block, device, rounds=True, var_type=wp.vec3f, block_dim=bd)
+        np.testing.assert_array_equal(again.entries[0].numpy(), entries)
+        np.testing.assert_array_equal(again.round_start[0].numpy(), rstart)
+
+
+def test_deterministic_plan_takes_three_rounds_per_patch_of_a_spring_grid(device):
     # three springs start at each grid vertex and three end there: 3 layers is the least. A patch is
     # shorter than a grid row: each row (vertex) adds two springs to its layers of vertical and of
     # diagonal springs, so the plan cuts patches of 128 rows, where no layer outgrows a round of 256
     mesh = wm.TriMesh.grid(300, 12)
-    p = wm.Problem(mesh.vertex_count, 3, dtype=wp.float32, device="cpu", deterministic=True, assembly="tiled")
+    p = wm.Problem(mesh.vertex_count, 3, dtype=wp.float32, device=device, deterministic=True, assembly="tiled")
     data = Springs32()
-    data.rest = wp.array(mesh.edge_lengths().astype(np.float32), device="cpu")
+    data.rest = wp.array(mesh.edge_lengths().astype(np.float32), device=device)
     p.add_term(mesh.edges, spring32, data)
     p._ensure_pattern()
-    plan = build_tile_plan(p._pattern.offsets, [p.terms[0].elements_np], p.block_type, "cpu",
-                           slot_arrays=p._pattern.slots, var_type=p.variable_type, block_dim=256)
+    plan = build_tile_plan(p._pattern.offsets, [p.terms[0].elements_np], p.block_type, device,
+                           rounds=True, var_type=p.variable_type, block_dim=256)
     rows = np.diff(plan.row_start.numpy())
     assert plan.row_cap == 128 and rows.max() == 128
     # both shared tiles fit the shared memory the kernels use (36 KB)

@@ -606,11 +606,10 @@ class Problem:
         if any(t.dynamic for t in self.terms):
             return None
         if self._tiles is None or self._tiles[0] is not self._pattern:
-            rounds = self.deterministic or self._rounds_default()
-            det = dict(slot_arrays=self._pattern.slots, var_type=self.variable_type) if rounds else {}
             plan = build_tile_plan(
-                self._pattern.offsets, [t.elements_np for t in self.terms], self.block_type, self.device,
-                block_dim=_tiled.TILE_BLOCK_DIM, **det,
+                self._pattern.offsets, [t.elements for t in self.terms], self.block_type, self.device,
+                rounds=self.deterministic or self._rounds_default(), var_type=self.variable_type,
+                block_dim=_tiled.TILE_BLOCK_DIM,
             )  # fmt: skip
             if self.assembly == "auto" and plan is not None and plan.patch_count < self.device.sm_count:
                 plan = None  # too few patches to fill the GPU: one thread per element is faster (H200, 10x10 grid)
