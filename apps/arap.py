@@ -307,4 +307,5 @@ class App(_AppBase):
             "max_edge_strain": float(self.edge_strain().max()),
             "mean_edge_strain": float(self.edge_strain().mean()),
             "linear_solver": getattr(self.solver.linear_solver, "name", None),
+            "cudss_skipped_reason": self.solver.linear_solver.cudss_skipped_reason,
         }

@@ -292,6 +292,7 @@ class App(_AppBase):
         assert stretch.max() < 2.0, f"cloth: a spring is stretched to {stretch.max():.3f} x its rest length"
 
     def extra_metrics(self) -> dict:
+        backend = getattr(self.solver, "linear_solver", None)  # L-BFGS and Newton-CG have none
         x = self.positions()
         g = np.asarray(self.config.gravity, dtype=np.float64)
         down = g / np.linalg.norm(g) if np.linalg.norm(g) > 0 else np.zeros(3)
@@ -299,7 +300,8 @@ class App(_AppBase):
             "pinned_vertices": self.pinned.tolist(),
             "max_stretch": float(self.stretch(x).max()),
             "mean_drop": float(((x - self.x0) @ down).mean()),
-            "linear_solver": getattr(getattr(self.solver, "linear_solver", None), "name", None),
+            "linear_solver": getattr(backend, "name", None),
+            "cudss_skipped_reason": getattr(backend, "cudss_skipped_reason", None),
         }
         s = self.config.sphere
         if s is not None:

@@ -387,4 +387,5 @@ class App(_AppBase):
             "interior_edge_count": int(self.mesh.interior_edges.size),
             "final_smoothness_weight": self.history[-1]["smoothness_weight"] if self.history else None,
             "linear_solver": getattr(self.solver.linear_solver, "name", None),
+            "cudss_skipped_reason": self.solver.linear_solver.cudss_skipped_reason,
         }

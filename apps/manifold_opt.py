@@ -300,6 +300,7 @@ class App(_AppBase):
                                                 f"{energies[-1]})")
 
     def extra_metrics(self) -> dict:
+        backend = getattr(self.solver, "linear_solver", None)  # L-BFGS and Newton-CG have none
         points = self.positions()
         ratio = self.area_ratio(points)
         return {
@@ -309,5 +310,6 @@ class App(_AppBase):
             "max_radius_error": float(np.abs(np.linalg.norm(points, axis=1) - 1.0).max()),
             "area_ratio_min_max": [float(ratio.min()), float(ratio.max())],
             "converged": bool(self.history[-1]["converged"]) if self.history else False,
-            "linear_solver": getattr(getattr(self.solver, "linear_solver", None), "name", None),
+            "linear_solver": getattr(backend, "name", None),
+            "cudss_skipped_reason": getattr(backend, "cudss_skipped_reason", None),
         }

@@ -227,6 +227,7 @@ class App(_AppBase):
                 f"{sum(r['iterations'] for r in self.history)} iterations)")
 
     def extra_metrics(self) -> dict:
+        backend = getattr(self.solver, "linear_solver", None)  # L-BFGS and Newton-CG have none
         uv = self.uv_coordinates()
         areas = signed_uv_areas(uv, self.mesh.faces)
         expected = self.config.expected_energy_per_area
@@ -244,5 +245,6 @@ class App(_AppBase):
             "min_uv_area_ratio": float((areas / self.mesh.face_areas()).min()),
             "solve_seconds": self.solve_seconds,
             "solve_cpu_seconds": self.solve_cpu_seconds,
-            "linear_solver": getattr(getattr(self.solver, "linear_solver", None), "name", None),
+            "linear_solver": getattr(backend, "name", None),
+            "cudss_skipped_reason": getattr(backend, "cudss_skipped_reason", None),
         }

@@ -32,8 +32,11 @@ distance s is d^2 (kappa b(s^2)) / ds^2 ~ kappa d_hat^2 x O(1) [N/m] at s ~ d_ha
 the membrane's stretching stiffness Y t [N/m] (Young's modulus x thickness); the same kappa serves the ground barrier.
 d_hat defaults to 1e-3 x the bounding-box diagonal of one (scaled) Spot: a larger d_hat inflates the pair count.
 
-Per step, the record holds ``phase_ms`` (contact detection, derivatives+assembly, linear solve, line search, in ms)
-and ``intersections`` (pairs of non-adjacent faces that intersect after the step, exact test; must be 0).
+Per step, the record holds ``phase_ms`` (contact detection, derivatives+assembly, linear solve, line search, in ms),
+``intersections`` (pairs of non-adjacent faces that intersect after the step, exact test; must be 0),
+``linear_solves_capped`` (CG solves that stopped at ``cg_max_iterations`` above ``cg_tolerance``) and
+``steepest_descent_fallbacks`` (Newton iterations that stepped along -g: a failed linear solve or a direction that
+does not descend), with ``fallback_reasons``.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import warp_meshad as wm
 from warp_meshad._src.app import App as _AppBase
 from warp_meshad._src.app import AppConfig
 from warp_meshad._src.contact import ContactSearch, edge_edge_mollifier_thresholds, max_step, plane_max_step
+from warp_meshad._src.linear import LinearSolveError
 from warp_meshad._src.mesh import TriMesh
 from warp_meshad.kernels.energies import (
     BarrierData,
@@ -186,7 +190,7 @@ def _instances(single: TriMesh, c: ShellsConfig) -> tuple[np.ndarray, np.ndarray
 
 
 class _Result:
-    """What :meth:`App.record` reads from a solve."""
+    """What :meth:`App.record` reads from a solve (the fields of :class:`warp_meshad.SolveResult` it uses)."""
 
     def __init__(self):
         self.iterations = 0
@@ -195,6 +199,13 @@ class _Result:
         self.time_ms = {}
         self.reason = "max_iterations"
         self.converged = False
+        self.steepest_descent_fallbacks = 0
+        self.fallback_reasons = {}
+        self.linear_solves_capped = 0
+
+    def fall_back(self, why: str) -> None:
+        self.steepest_descent_fallbacks += 1
+        self.fallback_reasons[why] = self.fallback_reasons.get(why, 0) + 1
 
 
 class App(_AppBase):
@@ -341,20 +352,27 @@ class App(_AppBase):
                 break
             wp.launch(_neg, dim=n, inputs=[g, rhs], device=dev)
             d.zero_()
-            info = self.linear_solver.solve(H, rhs, d)
-            linear_iterations.append(info.iterations)
+            fallback = None
+            try:
+                info = self.linear_solver.solve(H, rhs, d)
+                linear_iterations.append(info.iterations)
+                res.linear_solves_capped += not info.converged  # a CG solve stopped at its iteration cap
+            except LinearSolveError:
+                linear_iterations.append(0)
+                fallback = "linear_solve_failed"
             t = clock("linear_solve", t)
             dnp = d.numpy()
-            if not np.all(np.isfinite(dnp)):
-                res.reason = "linear_solve_failed"
-                break
-            if np.abs(dnp).max() / h < c.tolerance:
+            if fallback is None and not np.all(np.isfinite(dnp)):
+                fallback = "linear_solve_failed"
+            if fallback is None and np.abs(dnp).max() / h < c.tolerance:
                 res.reason, res.converged = "newton_step", True
                 break
-            slope = float(np.sum(gnp * dnp))
-            if slope >= 0.0:  # not a descent direction (should not happen with the PSD projection)
-                dnp = -gnp
-                d = wp.array(dnp, dtype=wp.vec3d, device=dev)
+            slope = float(np.sum(gnp * dnp)) if fallback is None else math.nan
+            if fallback is None and not slope < 0.0:  # not a descent direction (not expected with the projection)
+                fallback = "not_descent_direction"
+            if fallback is not None:  # steepest descent this iteration, counted in the step's record
+                res.fall_back(fallback)
+                wp.copy(d, rhs)  # rhs = -g
                 slope = -float(np.sum(gnp * gnp))
             # CCD step bound: swept broad phase (inflated by d_hat, so the same pairs serve the energy), ACCD, plane
             swept = self.search.find_pairs(x, self.d_hat, dx=d)
@@ -412,8 +430,7 @@ class App(_AppBase):
         every object's centroid lower than at the start."""
         super().check_final()
         for rec in self.history:
-            assert rec["reason"] not in ("non_finite_energy", "linear_solve_failed"), (
-                f"shells: step {rec['step']}: solve stopped with {rec['reason']}")
+            assert rec["reason"] != "non_finite_energy", f"shells: step {rec['step']}: a non-finite energy"
             assert rec["intersections"] == 0, (
                 f"shells: step {rec['step']}: {rec['intersections']} intersecting face pairs")
         inter = self.search.intersecting_face_pairs(self.x)
@@ -442,4 +459,7 @@ class App(_AppBase):
             "max_point_triangle_pairs": max((p[0] for p in self.pair_counts), default=0),
             "max_edge_edge_pairs": max((p[1] for p in self.pair_counts), default=0),
             "linear_solver": getattr(self.linear_solver, "name", None),
+            "cudss_skipped_reason": self.linear_solver.cudss_skipped_reason,
+            "linear_solves_capped_per_step": [r["linear_solves_capped"] for r in self.history],
+            "steepest_descent_fallbacks_per_step": [r["steepest_descent_fallbacks"] for r in self.history],
         }

@@ -10,8 +10,6 @@ import sys
 import numpy as np
 import pytest
 
-yaml = pytest.importorskip("yaml")
-
 from warp_meshad.__main__ import main  # noqa: E402
 from warp_meshad._src import app as appmod  # noqa: E402
 from warp_meshad._src.app import ConfigError, load_config, parse_set, run_app  # noqa: E402
@@ -211,6 +209,14 @@ def test_run_app_writes_outputs(tmp_path):
     assert {"solver_derivatives", "solver_linear_solve", "solver_line_search", "setup", "run", "outputs"} <= set(
         m["time_ms"])
     assert m["versions"]["warp"].startswith("1.19") and m["mesh"]["vertex_count"] == 64
+    # compile and load times: the first step pays for the kernels a cold cache compiles
+    c = m["compile"]
+    assert set(c) == {"cache_warm", "modules_loaded", "modules_compiled", "compile_s", "load_s", "kernel_cache",
+                      "modules", "first_step_s", "median_step_s"}
+    assert c["modules_loaded"] == len(c["modules"]) and c["modules_compiled"] == sum(r["compiled"] for r in c["modules"])
+    assert c["cache_warm"] is (c["modules_compiled"] == 0) and c["compile_s"] <= c["load_s"]
+    assert c["first_step_s"] > 0.0 and c["median_step_s"] > 0.0  # 2 steps: one after the first
+    np.testing.assert_allclose(m["time_ms"]["compile"], 1000.0 * c["compile_s"])
     assert m["config"]["grid"]["nx"] == 8
     import warp_meshad as wm
 
@@ -256,12 +262,12 @@ def test_cli_list_and_errors(capsys, tmp_path):
         main(["run", "--viewer", "--headless"])
 
 
-def test_cli_run_test_in_process(tmp_path, capsys):
-    rc = main(["run", "cloth/hanging", "--test", "--steps", "1", "--output", str(tmp_path),
+def test_cli_run_test_in_process(tmp_path, capsys, device):
+    rc = main(["run", "cloth/hanging", "--test", "--steps", "1", "--output", str(tmp_path), "--device", device,
                "--set", "screenshot=false"])
     assert rc == 0
     err = capsys.readouterr().err
-    assert "on cpu" in err and "check_final passed" in err
+    assert f"on {device}" in err and "check_final passed" in err
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["steps"] == 1 and m["mesh"]["vertex_count"] == 64
 

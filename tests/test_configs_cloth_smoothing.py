@@ -3,29 +3,31 @@ energies (inertia + gravity, sphere barrier) against central differences and clo
 broken results."""
 
 import json
+import os
 import pathlib
 
 import numpy as np
 import pytest
 import warp as wp
 
-pytest.importorskip("yaml")
-
-import warp_meshad as wm  # noqa: E402
-from derivcheck import check_problem_derivatives  # noqa: E402
-from warp_meshad._src import app as appmod  # noqa: E402
-from warp_meshad._src.app import load_config, run_app  # noqa: E402
-from warp_meshad.kernels.energies.backward_euler import InertiaGravityData, inertia_gravity  # noqa: E402
-from warp_meshad.kernels.energies.sphere_barrier import SphereBarrierData, sphere_barrier  # noqa: E402
+import warp_meshad as wm
+from derivcheck import check_problem_derivatives
+from warp_meshad._src import app as appmod
+from warp_meshad._src.app import load_config, run_app
+from warp_meshad._src.linear import CGSolver, LinearSolveError
+from warp_meshad.kernels.energies.backward_euler import InertiaGravityData, inertia_gravity
+from warp_meshad.kernels.energies.sphere_barrier import SphereBarrierData, sphere_barrier
 
 appmod.apps_package()
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEVICE = os.environ.get("WARP_MESHAD_TEST_DEVICE", "cpu")  # apps and problems run on the test device
 CONFIGS = sorted((ROOT / "configs" / "cloth").glob("*.yaml")) + sorted((ROOT / "configs" / "smoothing").glob("*.yaml"))
 
 
 def small(path, **overrides):
-    return load_config(path, test=True, overrides={"screenshot": False, **overrides})
+    """The config's test size, on the test device."""
+    return load_config(path, test=True, overrides={"screenshot": False, "device": DEVICE, **overrides})
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -38,11 +40,32 @@ def test_config_runs_small_and_passes_check_final(path, tmp_path):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["scene"] == path.stem and metrics["iterations"] >= 1
     assert (tmp_path / f"final.{config.mesh_format}").is_file()
+    for key in ("steepest_descent_fallbacks", "linear_solves_capped"):  # totals of the steps' counts
+        assert metrics[key] == sum(r[key] for r in metrics["per_step"])
     if app.name == "cloth":
         assert app.mesh.vertex_count <= 16 * 16  # the test size, also for the GPU-sized grid_1000
+        backend = getattr(app.solver, "linear_solver", None)
+        assert metrics["cudss_skipped_reason"] == getattr(backend, "cudss_skipped_reason", None)
     else:
         cmp = metrics["gradient_comparison"]
         assert cmp["max_relative_difference"] < 1e-12 and cmp["ad_ms"] > 0 and cmp["hand_ms"] > 0
+
+
+def test_steepest_descent_fallbacks_reach_metrics_json(tmp_path, monkeypatch):
+    def fail(self, A, b, x):
+        raise LinearSolveError("cg: made to fail for this test")
+
+    monkeypatch.setattr(CGSolver, "solve", fail)
+    config = small(ROOT / "configs" / "cloth" / "hanging.yaml", output=str(tmp_path), linear_solver="cg", iterations=3)
+    run_app(config, quiet=True)  # every Newton iteration steps along -g: the energy still falls, check_final passes
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["steps"] == 2 and metrics["iterations"] >= 2
+    for rec in metrics["per_step"]:
+        assert rec["iterations"] >= 1 and rec["steepest_descent_fallbacks"] == rec["iterations"]
+        assert rec["fallback_reasons"] == {"linear_solve_failed": rec["iterations"]}
+        assert rec["linear_solves_capped"] == 0  # failed, not capped
+    assert metrics["steepest_descent_fallbacks"] == metrics["iterations"]
+    assert metrics["linear_solver"] == "cg" and metrics["cudss_skipped_reason"] is None
 
 
 def test_every_config_has_a_small_test_block():
@@ -126,7 +149,7 @@ def test_cloth_starting_inside_sphere_is_a_config_error():
 def test_inertia_gravity_derivatives_and_minimizer():
     rng = np.random.default_rng(0)
     n = 5
-    problem = wm.Problem(n, 3, wp.float64, "cpu")
+    problem = wm.Problem(n, 3, wp.float64, DEVICE)
     data = InertiaGravityData()
     data.mass = wp.array(rng.uniform(0.5, 2.0, n), dtype=wp.float64)
     target = rng.standard_normal((n, 3))
@@ -152,7 +175,7 @@ def test_sphere_barrier_values_and_derivatives():
     dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
     dist = np.array([0.01, 0.03, 0.05, 0.08, 0.095, 0.099])  # inside the activation band
     x = np.array([0.1, -0.2, 0.3]) + (r + dist)[:, None] * dirs
-    problem = wm.Problem(len(x), 3, wp.float64, "cpu")
+    problem = wm.Problem(len(x), 3, wp.float64, DEVICE)
     problem.add_term(np.arange(len(x))[:, None], sphere_barrier, data)
     check_problem_derivatives(problem, x)
     expected = np.sum(-kappa * (dist - dhat) ** 2 * np.log(dist / dhat))
@@ -196,7 +219,7 @@ def test_smoothing_fixed_boundary_on_open_mesh(tmp_path):
     cfg = tmp_path / "bumpy.yaml"
     cfg.write_text("app: smoothing\nmesh: bumpy.obj\nenergy: area\nsteps: 3\niterations: 20\nstep_size: 0.5\n"
                    "timing_repeats: 1\n")
-    app = appmod.app_class("smoothing")(load_config(cfg))
+    app = appmod.app_class("smoothing")(load_config(cfg, overrides={"device": DEVICE}))
     app.run()
     app.check_final()
     assert app.fixed.size == 20

@@ -5,19 +5,18 @@ re-centering keeps the energy); Newton and L-BFGS reach the same sphere embeddin
 results."""
 
 import json
+import os
 import pathlib
 
 import numpy as np
 import pytest
 import warp as wp
 
-pytest.importorskip("yaml")
-
-import warp_meshad as wm  # noqa: E402
-from derivcheck import check_problem_derivatives  # noqa: E402
-from warp_meshad._src import app as appmod  # noqa: E402
-from warp_meshad._src.app import ConfigError, load_config, run_app  # noqa: E402
-from warp_meshad.kernels.energies import (  # noqa: E402
+import warp_meshad as wm
+from derivcheck import check_problem_derivatives
+from warp_meshad._src import app as appmod
+from warp_meshad._src.app import ConfigError, load_config, run_app
+from warp_meshad.kernels.energies import (
     PolyCurlData,
     PolyVectorFaceData,
     SphereEmbeddingData,
@@ -29,16 +28,18 @@ from warp_meshad.kernels.energies import (  # noqa: E402
 )
 
 appmod.apps_package()
-from warp_meshad.apps import frame_field as ff  # noqa: E402
-from warp_meshad.apps import manifold_opt as mo  # noqa: E402
+from warp_meshad.apps import frame_field as ff
+from warp_meshad.apps import manifold_opt as mo
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEVICE = os.environ.get("WARP_MESHAD_TEST_DEVICE", "cpu")  # apps and problems run on the test device
 CONFIGS = sorted((ROOT / "configs" / "frame_field").glob("*.yaml")) + sorted(
     (ROOT / "configs" / "manifold_opt").glob("*.yaml"))
 
 
 def small(path, **overrides):
-    return load_config(path, test=True, overrides={"screenshot": False, **overrides})
+    """The config's test size, on the test device."""
+    return load_config(path, test=True, overrides={"screenshot": False, "device": DEVICE, **overrides})
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -52,6 +53,10 @@ def test_config_runs_small_and_passes_check_final(path, tmp_path):
     assert metrics["scene"] == path.stem and metrics["iterations"] >= 1
     assert (tmp_path / f"final.{config.mesh_format}").is_file()
     assert metrics["final_energy"] < metrics["energy"][0]
+    for key in ("steepest_descent_fallbacks", "linear_solves_capped"):  # totals of the steps' counts
+        assert metrics[key] == sum(r[key] for r in metrics["per_step"])
+    backend = getattr(app.solver, "linear_solver", None)
+    assert metrics["cudss_skipped_reason"] == getattr(backend, "cudss_skipped_reason", None)
     if app.name == "frame_field":
         assert metrics["final_polycurl"] < metrics["start_polycurl"]
         kinds = [kind for kind, _ in app.quantities().values()]
@@ -116,7 +121,7 @@ def random_crosses(rng, n, s_range=(0.3, 1.2)):
 def test_polyvector_edge_residual_derivatives():
     mesh = octahedron()
     d, _, _ = edge_data(mesh)
-    problem = wm.Problem(mesh.face_count, 4, wp.float64, "cpu")
+    problem = wm.Problem(mesh.face_count, 4, wp.float64, DEVICE)
     problem.add_residual_term(mesh.edge_faces, polyvector_smoothness, d, weight=2.0)
     problem.add_residual_term(mesh.edge_faces, polycurl, d, weight=2.0)
     x = random_crosses(np.random.default_rng(0), mesh.face_count)
@@ -134,7 +139,7 @@ def test_polyvector_face_residual_derivatives_in_the_barrier_band():
     d.closeness_weight = wp.array(rng.uniform(0.5, 2.0, n), dtype=wp.float64)
     d.barrier_weight = wp.float64(0.1)
     d.barrier_start = wp.float64(0.9)
-    problem = wm.Problem(n, 4, wp.float64, "cpu")
+    problem = wm.Problem(n, 4, wp.float64, DEVICE)
     faces = np.arange(n)[:, None]
     problem.add_residual_term(faces, polyvector_closeness, d, weight=2.0)
     problem.add_residual_term(faces, polyvector_barrier, d, weight=2.0)
@@ -153,7 +158,7 @@ def test_polyvector_residuals_match_numpy_formulas():
     d, e_f, e_g = edge_data(mesh, smoothness=0.7, curl=1.0, quotient=0.0)
     xw = wp.array(x, dtype=wp.vec4d)
     for term, expected in (("smoothness", None), ("polycurl", np.sum(ff.polycurl_per_edge(x, mesh, e_f, e_g) ** 2))):
-        problem = wm.Problem(mesh.face_count, 4, wp.float64, "cpu")
+        problem = wm.Problem(mesh.face_count, 4, wp.float64, DEVICE)
         problem.add_residual_term(mesh.edge_faces, polyvector_smoothness if term == "smoothness" else polycurl, d,
                                   weight=2.0)
         if expected is None:
@@ -171,7 +176,7 @@ def test_constant_cross_on_a_plane_has_zero_residuals_and_is_the_smoothest_field
     a3, b3 = np.array([0.8, 0.6, 0.0]), np.array([-0.3, 0.9, 0.0])  # any constant pair, not orthogonal
     x = np.stack([t1 @ a3, t2 @ a3, t1 @ b3, t2 @ b3], axis=1)
     d, e_f, e_g = edge_data(mesh)
-    problem = wm.Problem(mesh.face_count, 4, wp.float64, "cpu")
+    problem = wm.Problem(mesh.face_count, 4, wp.float64, DEVICE)
     problem.add_residual_term(mesh.edge_faces, polyvector_smoothness, d, weight=2.0)
     problem.add_residual_term(mesh.edge_faces, polycurl, d, weight=2.0)
     assert problem.eval(wp.array(x, dtype=wp.vec4d)) < 1e-26
@@ -237,7 +242,7 @@ def embedding_problem(mesh, points, target=0):
     data.target = target
     zero = wp.zeros(mesh.vertex_count, dtype=wp.vec2d)
     wp.launch(mo._recenter, dim=mesh.vertex_count, inputs=[zero, data.points, data.tangent1, data.tangent2])
-    problem = wm.Problem(mesh.vertex_count, 2, wp.float64, "cpu")
+    problem = wm.Problem(mesh.vertex_count, 2, wp.float64, DEVICE)
     problem.add_term(mesh.faces, sphere_embedding, data)
     return problem, data
 
@@ -284,7 +289,7 @@ def test_newton_and_lbfgs_reach_the_same_sphere_embedding():
     runs = {}
     for solver in ("newton", "lbfgs"):
         config = load_config(ROOT / "configs" / "manifold_opt" / f"sphere_{solver}.yaml",
-                             overrides={"tolerance": 1e-10, "screenshot": False})
+                             overrides={"tolerance": 1e-10, "screenshot": False, "device": DEVICE})
         app = appmod.app_class("manifold_opt")(config)
         app.run()
         app.check_final()

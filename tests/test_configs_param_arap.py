@@ -3,31 +3,32 @@
 that motion); the ARAP energy against central differences; check_final and the configs catch broken results."""
 
 import json
+import os
 import pathlib
 
 import numpy as np
 import pytest
 import warp as wp
 
-pytest.importorskip("yaml")
-
-import warp_meshad as wm  # noqa: E402
-from derivcheck import check_problem_derivatives  # noqa: E402
-from warp_meshad._src import app as appmod  # noqa: E402
-from warp_meshad._src.app import ConfigError, load_config, run_app  # noqa: E402
-from warp_meshad.kernels.energies import ArapData, arap  # noqa: E402
+import warp_meshad as wm
+from derivcheck import check_problem_derivatives
+from warp_meshad._src import app as appmod
+from warp_meshad._src.app import ConfigError, load_config, run_app
+from warp_meshad.kernels.energies import ArapData, arap
 
 appmod.apps_package()
 
-from warp_meshad.apps.arap import cotangent_weights  # noqa: E402
-from warp_meshad.apps.param import face_distortion, signed_uv_areas  # noqa: E402
+from warp_meshad.apps.arap import cotangent_weights
+from warp_meshad.apps.param import face_distortion, signed_uv_areas
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEVICE = os.environ.get("WARP_MESHAD_TEST_DEVICE", "cpu")  # apps and problems run on the test device
 CONFIGS = sorted((ROOT / "configs" / "param").glob("*.yaml")) + sorted((ROOT / "configs" / "arap").glob("*.yaml"))
 
 
 def small(path, **overrides):
-    return load_config(path, test=True, overrides={"screenshot": False, **overrides})
+    """The config's test size, on the test device."""
+    return load_config(path, test=True, overrides={"screenshot": False, "device": DEVICE, **overrides})
 
 
 def make_app(app, scene, **overrides):
@@ -44,6 +45,10 @@ def test_config_runs_small_and_passes_check_final(path, tmp_path):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["scene"] == path.stem and metrics["iterations"] >= 1
     obj = (tmp_path / "final.obj").read_text()
+    for key in ("steepest_descent_fallbacks", "linear_solves_capped"):  # totals of the steps' counts
+        assert metrics[key] == sum(r[key] for r in metrics["per_step"])
+    backend = getattr(app.solver, "linear_solver", None)
+    assert metrics["cudss_skipped_reason"] == getattr(backend, "cudss_skipped_reason", None)
     if app.name == "param":
         assert obj.count("\nvt ") == app.mesh.vertex_count  # the uv coordinates, one per vertex
         assert metrics["flipped_faces"] == 0 and metrics["energy_per_area"] >= 4.0
@@ -178,7 +183,7 @@ def test_arap_energy_derivatives_and_closed_form():
     data.weight = wp.array(w, dtype=wp.float64)
     data.edge_vertex_indices = wp.array(edges, dtype=wp.int32)
     data.rotation = wp.array(rot, dtype=wp.mat33d)
-    problem = wm.Problem(mesh.vertex_count, 3, wp.float64, "cpu")
+    problem = wm.Problem(mesh.vertex_count, 3, wp.float64, DEVICE)
     problem.add_term(edges, arap, data)
     x = rest + 0.1 * rng.standard_normal(rest.shape)
     check_problem_derivatives(problem, x)

@@ -1,22 +1,23 @@
-"""The shells app (elastic Spot shells, IPC contact): both configs run at their test size and pass check_final, with
-the exact triangle-triangle intersection test over all non-adjacent face pairs run after every step; per-phase
-timings reach metrics.json; check_final catches intersections, vertices below the ground and objects that rose."""
+"""The shells app (elastic Spot shells, IPC contact): both configs run at their test size (on the test device) and
+pass check_final, with the exact triangle-triangle intersection test over all non-adjacent face pairs run after every
+step; per-phase timings, capped CG solves and steepest-descent fallbacks reach metrics.json; check_final catches
+intersections, vertices below the ground and objects that rose."""
 
 import json
+import os
 import pathlib
 
 import numpy as np
 import pytest
 import warp as wp
 
-pytest.importorskip("yaml")
-
-from warp_meshad._src import app as appmod  # noqa: E402
-from warp_meshad._src.app import load_config, run_app  # noqa: E402
+from warp_meshad._src import app as appmod
+from warp_meshad._src.app import load_config, run_app
 
 appmod.apps_package()
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEVICE = os.environ.get("WARP_MESHAD_TEST_DEVICE", "cpu")  # the apps run on the test device
 CONFIGS = ROOT / "configs" / "shells"
 PHASES = ("contact_detection", "derivatives_assembly", "linear_solve", "line_search")
 
@@ -24,11 +25,14 @@ PHASES = ("contact_detection", "derivatives_assembly", "linear_solve", "line_sea
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = {}
-    for scene in ("spot_drop", "spot_pile"):
-        folder = tmp_path_factory.mktemp(scene)
-        config = load_config(CONFIGS / f"{scene}.yaml", test=True, overrides={"screenshot": False,
-                                                                              "output": str(folder)})
-        out[scene] = (run_app(config, quiet=True), folder)
+    # spot_drop_cg: one step of spot_drop with CG capped at 20 iterations, which never meet its 1e-8 tolerance here
+    cg = {"linear_solver": "cg", "cg_max_iterations": 20, "steps": 1, "iterations": 3}
+    for run, scene, extra in (("spot_drop", "spot_drop", {}), ("spot_pile", "spot_pile", {}),
+                              ("spot_drop_cg", "spot_drop", cg)):
+        folder = tmp_path_factory.mktemp(run)
+        config = load_config(CONFIGS / f"{scene}.yaml", test=True, overrides={
+            "screenshot": False, "device": DEVICE, "output": str(folder), **extra})
+        out[run] = (run_app(config, quiet=True), folder)
     return out
 
 
@@ -38,7 +42,7 @@ def test_config_runs_small_and_passes_check_final(runs, scene):
     app = report.app
     assert app.name == "shells" and app.steps_done == app.config.steps > 0
     assert report.metrics["check_final"] == "passed"
-    assert app.device == "cpu" and app.count == 2
+    assert app.device == DEVICE and app.count == 2
     metrics = json.loads((folder / "metrics.json").read_text())
     assert metrics["scene"] == scene and metrics["iterations"] >= 1
     # the exact intersection test ran after every step and found nothing
@@ -47,10 +51,30 @@ def test_config_runs_small_and_passes_check_final(runs, scene):
         assert all(np.isfinite(rec["energies"])) and rec["intersections"] == 0
         assert set(PHASES) <= set(rec["phase_ms"]) and all(rec["phase_ms"][k] >= 0.0 for k in PHASES)
     assert set(metrics["phase_ms"]) == set(PHASES) and sum(metrics["phase_fraction"].values()) == pytest.approx(1.0)
+    # failures made visible: none here (direct solves of a projected Hessian), and the totals are the steps' sums
+    assert metrics["linear_solves_capped_per_step"] == [0] * app.steps_done == [
+        r["linear_solves_capped"] for r in metrics["per_step"]]
+    assert metrics["steepest_descent_fallbacks"] == sum(metrics["steepest_descent_fallbacks_per_step"]) == 0
+    assert metrics["cudss_skipped_reason"] == app.linear_solver.cudss_skipped_reason
+    if DEVICE == "cpu":
+        assert "the device is the CPU" in metrics["cudss_skipped_reason"]
     assert (folder / "final.obj").is_file()
     x = app.positions()
     assert app.heights(x).min() > 0.0
     assert 0.0 < app.d_hat < 1e-3 and app.kappa == pytest.approx(app.config.young * app.config.thickness / app.d_hat**2)
+
+
+def test_cg_solves_stopped_at_their_cap_are_counted_per_step(runs):
+    report, folder = runs["spot_drop_cg"]
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["linear_solver"] == "cg" and metrics["steps"] == 1
+    (step,) = metrics["per_step"]
+    assert step["linear_iterations"] and max(step["linear_iterations"]) <= 20
+    # every solve stopped at 20 iterations above tolerance, and each was counted, per step and in all
+    assert step["linear_solves_capped"] == len(step["linear_iterations"]) >= 1
+    assert metrics["linear_solves_capped_per_step"] == [step["linear_solves_capped"]]
+    assert metrics["linear_solves_capped"] == step["linear_solves_capped"]
+    assert metrics["cudss_skipped_reason"] is None  # 'cg' was named, not picked by 'auto'
 
 
 def test_drop_reaches_the_ground_barrier(runs):

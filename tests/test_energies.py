@@ -29,6 +29,7 @@ from warp_meshad.kernels.energies import (
 
 MESHES = pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes"
 DEVICE = os.environ.get("WARP_MESHAD_TEST_DEVICE", "cpu")
+pytestmark = pytest.mark.device  # every test runs on DEVICE: the GPU subset under a CUDA test device
 
 
 def _rotation(rng) -> np.ndarray:

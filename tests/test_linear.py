@@ -1,6 +1,9 @@
-"""Linear back-ends: SciPy, QDLDL and Warp CG on CPU against numpy.linalg.solve; CuPy/cuDSS/CG on GPU (marked gpu)."""
+"""Linear back-ends: SciPy, QDLDL and Warp CG against numpy.linalg.solve on the test device ($WARP_MESHAD_TEST_DEVICE:
+the host back-ends copy a GPU system to the host); CuPy/cuDSS/CG on a CUDA device (marked gpu); what 'auto' picks
+and how it reports why it did not pick cuDSS."""
 
-import importlib.util
+import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -20,9 +23,7 @@ from warp_meshad._src.linear import (
 
 wp.config.log_level = wp.LOG_WARNING
 
-HAS_GPU = wp.get_cuda_device_count() > 0
-gpu = pytest.mark.gpu
-needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA device")
+pytestmark = pytest.mark.device
 
 
 def spd_system(n=40, bs=3, dtype=wp.float64, seed=0, device="cpu", shift=0.5):
@@ -81,8 +82,8 @@ def _scale_values(A, factor):
 
 
 @pytest.mark.parametrize("bs", [1, 3])
-def test_csr_conversion_matches_scipy(bs):
-    A, dense, *_ = spd_system(n=17, bs=bs, seed=3)
+def test_csr_conversion_matches_scipy(device, bs):
+    A, dense, *_ = spd_system(n=17, bs=bs, seed=3, device=device)
     csr = linear._CsrBuffers(A)
     csr.update_values(A)
     ours = sps.csr_matrix(
@@ -95,8 +96,8 @@ def test_csr_conversion_matches_scipy(bs):
 
 @pytest.mark.parametrize("bs", [1, 3])
 @pytest.mark.parametrize("symmetric", [True, False])
-def test_scipy_matches_numpy(bs, symmetric):
-    A, dense, b_np, b, x = spd_system(bs=bs, seed=bs)
+def test_scipy_matches_numpy(device, bs, symmetric):
+    A, dense, b_np, b, x = spd_system(bs=bs, seed=bs, device=device)
     solver = ScipySolver(symmetric=symmetric)
     info = solver.solve(A, b, x)
     np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-9, atol=1e-11)
@@ -105,8 +106,8 @@ def test_scipy_matches_numpy(bs, symmetric):
     assert info.residual_norm < 1e-9 * np.linalg.norm(b_np)
 
 
-def test_scipy_reuses_pattern_and_refreshes_values():
-    A, dense, b_np, b, x = spd_system(seed=5)
+def test_scipy_reuses_pattern_and_refreshes_values(device):
+    A, dense, b_np, b, x = spd_system(seed=5, device=device)
     solver = ScipySolver()
     solver.solve(A, b, x)
     csr = solver._csr
@@ -116,7 +117,7 @@ def test_scipy_reuses_pattern_and_refreshes_values():
     assert solver._csr is csr
     np.testing.assert_allclose(_flat(x), np.linalg.solve(2.0 * dense, b_np), rtol=1e-9, atol=1e-11)
     # a different pattern is detected and rebuilt
-    A2, dense2, b2_np, b2, x2 = spd_system(n=23, seed=6)
+    A2, dense2, b2_np, b2, x2 = spd_system(n=23, seed=6, device=device)
     solver.solve(A2, b2, x2)
     assert solver._csr is not csr
     np.testing.assert_allclose(_flat(x2), np.linalg.solve(dense2, b2_np), rtol=1e-9, atol=1e-11)
@@ -124,8 +125,8 @@ def test_scipy_reuses_pattern_and_refreshes_values():
 
 @pytest.mark.parametrize("bs", [1, 3])
 @pytest.mark.parametrize("dtype", [wp.float64, wp.float32])
-def test_qdldl_matches_numpy_and_refactors_in_place(bs, dtype):
-    A, dense, b_np, b, x = spd_system(bs=bs, seed=11 + bs, dtype=dtype)
+def test_qdldl_matches_numpy_and_refactors_in_place(device, bs, dtype):
+    A, dense, b_np, b, x = spd_system(bs=bs, seed=11 + bs, dtype=dtype, device=device)
     solver = QdldlSolver()
     tol = dict(rtol=1e-9, atol=1e-11) if dtype == wp.float64 else dict(rtol=2e-4, atol=1e-5)
     info = solver.solve(A, b, x)
@@ -138,22 +139,21 @@ def test_qdldl_matches_numpy_and_refactors_in_place(bs, dtype):
     assert solver._ldl is ldl and info.analysis_ms < 1e3
     np.testing.assert_allclose(_flat(x), np.linalg.solve(4.0 * dense, b_np), **tol)
     # a new pattern gets a new factorization
-    A2, dense2, b2_np, b2, x2 = spd_system(n=23, bs=bs, seed=6, dtype=dtype)
+    A2, dense2, b2_np, b2, x2 = spd_system(n=23, bs=bs, seed=6, dtype=dtype, device=device)
     solver.solve(A2, b2, x2)
     assert solver._ldl is not ldl
     np.testing.assert_allclose(_flat(x2), np.linalg.solve(dense2, b2_np), **tol)
 
 
-def test_qdldl_falls_back_to_superlu_where_ldl_fails():
+def test_qdldl_falls_back_to_superlu_where_ldl_fails(device):
     # symmetric, nonsingular, zero diagonal: LDL^T without pivoting has no first pivot; SuperLU solves it
     n = 4
     rows, cols = [0, 1, 2, 3], [1, 0, 3, 2]
-    A = wps.bsr_from_triplets(
-        n, n, wp.array(rows, dtype=int), wp.array(cols, dtype=int), wp.array([1.0, 1.0, 2.0, 2.0], dtype=wp.float64)
-    )
+    A = wps.bsr_from_triplets(n, n, wp.array(rows, dtype=int, device=device), wp.array(cols, dtype=int, device=device),
+                              wp.array([1.0, 1.0, 2.0, 2.0], dtype=wp.float64, device=device))
     b_np = np.array([1.0, 2.0, 3.0, 4.0])
-    b = wp.array(b_np, dtype=wp.float64)
-    x = wp.zeros(n, dtype=wp.float64)
+    b = wp.array(b_np, dtype=wp.float64, device=device)
+    x = wp.zeros(n, dtype=wp.float64, device=device)
     solver = QdldlSolver()
     info = solver.solve(A, b, x)
     full = np.zeros((n, n))
@@ -161,32 +161,31 @@ def test_qdldl_falls_back_to_superlu_where_ldl_fails():
     assert info.backend == "scipy" and solver.fallbacks == 1
     np.testing.assert_allclose(_flat(x), np.linalg.solve(full, b_np), rtol=1e-12)
     # an SPD system afterwards factors with LDL^T again
-    A2, dense2, b2_np, b2, x2 = spd_system(n=9, bs=1, seed=2)
+    A2, dense2, b2_np, b2, x2 = spd_system(n=9, bs=1, seed=2, device=device)
     assert solver.solve(A2, b2, x2).backend == "qdldl"
     np.testing.assert_allclose(_flat(x2), np.linalg.solve(dense2, b2_np), rtol=1e-9, atol=1e-11)
 
 
-def test_scipy_singular_raises():
+def test_scipy_singular_raises(device):
     n = 4
-    A = wps.bsr_from_triplets(
-        n, n, wp.array([0, 1], dtype=int), wp.array([0, 1], dtype=int), wp.array([1.0, 1.0], dtype=wp.float64)
-    )
-    b = wp.ones(n, dtype=wp.float64)
-    x = wp.zeros(n, dtype=wp.float64)
+    diagonal = wp.array([0, 1], dtype=int, device=device)
+    A = wps.bsr_from_triplets(n, n, diagonal, diagonal, wp.array([1.0, 1.0], dtype=wp.float64, device=device))
+    b = wp.ones(n, dtype=wp.float64, device=device)
+    x = wp.zeros(n, dtype=wp.float64, device=device)
     with pytest.raises(linear.LinearSolveError):
         ScipySolver().solve(A, b, x)
 
 
 @pytest.mark.parametrize("preconditioner", ["none", "diag", "block_jacobi"])
-def test_cg_matches_numpy(preconditioner):
-    A, dense, b_np, b, x = spd_system(seed=7)
+def test_cg_matches_numpy(device, preconditioner):
+    A, dense, b_np, b, x = spd_system(seed=7, device=device)
     info = CGSolver(preconditioner=preconditioner, tol=1e-12, maxiter=2000).solve(A, b, x)
     assert info.backend == "cg" and info.converged and info.iterations > 0
     np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-7, atol=1e-8)
 
 
-def test_scipy_and_cg_agree():
-    A, dense, b_np, b, x = spd_system(seed=8)
+def test_scipy_and_cg_agree(device):
+    A, dense, b_np, b, x = spd_system(seed=8, device=device)
     x_cg = wp.zeros_like(x)
     ScipySolver().solve(A, b, x)
     info = CGSolver(tol=1e-10, maxiter=2000).solve(A, b, x_cg)
@@ -194,15 +193,15 @@ def test_scipy_and_cg_agree():
     np.testing.assert_allclose(_flat(x_cg), _flat(x), rtol=1e-6, atol=1e-7)
 
 
-def test_scipy_float32():
-    A, dense, b_np, b, x = spd_system(dtype=wp.float32, seed=8)
+def test_scipy_float32(device):
+    A, dense, b_np, b, x = spd_system(dtype=wp.float32, seed=8, device=device)
     ScipySolver().solve(A, b, x)
     assert wp.types.types_equal(x.dtype, wp.vec3f)
     np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-3, atol=1e-3)
 
 
-def test_cg_uses_initial_guess_and_reports_cap():
-    A, dense, b_np, b, x = spd_system(seed=9)
+def test_cg_uses_initial_guess_and_reports_cap(device):
+    A, dense, b_np, b, x = spd_system(seed=9, device=device)
     exact = np.linalg.solve(dense, b_np)
     x.assign(exact.reshape(-1, 3))
     info = CGSolver(tol=1e-8, maxiter=10).solve(A, b, x)
@@ -217,9 +216,7 @@ def test_factory_names_and_errors():
     cg = make_linear_solver("cg", preconditioner="diag", tol=1e-9)
     assert cg.name == "cg" and cg.preconditioner == "diag"
     assert make_linear_solver("qdldl").name == "qdldl"
-    assert make_linear_solver("auto", device="cpu").name == "qdldl"  # a dependency: installed with the package
-    assert make_linear_solver("auto", device="cpu", tol=1e-6).name == "qdldl"  # cg-only option is dropped
-    assert make_linear_solver("auto", device="cpu", symmetric=False).name == "scipy"  # LDL^T is for symmetric A
+    assert make_linear_solver("cg").cudss_skipped_reason is None  # named: 'auto' did not pick it
     assert set(LINEAR_SOLVER_NAMES) == {"auto", "scipy", "qdldl", "cg", "cupy", "cudss"}
     with pytest.raises(ValueError, match="cudss"):
         make_linear_solver("umfpack")
@@ -227,23 +224,89 @@ def test_factory_names_and_errors():
         make_linear_solver("cg", bogus=1)
     with pytest.raises(ValueError, match="preconditioner"):
         make_linear_solver("cg", preconditioner="ilu")
+    with pytest.raises(ValueError, match="dtype: expected wp.float32 or wp.float64, got int32"):
+        make_linear_solver("auto", device="cpu", dtype=wp.int32)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed")
-def test_missing_optional_packages_name_the_extra():
+@pytest.mark.cpu
+def test_auto_on_the_cpu_picks_qdldl_and_says_why_not_cudss():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        solver = make_linear_solver("auto", device="cpu")
+    assert solver.name == "qdldl"  # a dependency: installed with the package
+    assert solver.cudss_skipped_reason == "the device is the CPU (cpu); cuDSS runs on CUDA devices only"
+    assert not [w for w in caught if "cuDSS" in str(w.message)]  # the CPU is no surprise: a field, no warning
+    assert make_linear_solver("auto", device="cpu", tol=1e-6).name == "qdldl"  # cg-only option is dropped
+    assert make_linear_solver("auto", device="cpu", symmetric=False).name == "scipy"  # LDL^T is for symmetric A
+    assert make_linear_solver("auto", device="cpu", dtype=wp.float32).name == "qdldl"  # probed in float32
+
+
+class _FakeCuda:
+    """What 'auto' reads of a device: whether it is CUDA, and its name."""
+
+    is_cuda = True
+
+    def __str__(self):
+        return "cuda:7"
+
+
+def test_auto_on_cuda_warns_once_why_cudss_is_not_used(monkeypatch):
+    # the probe's verdicts are faked: this checks what 'auto' does with them (the probe itself runs on a real GPU in
+    # test_gpu_auto_picks_a_gpu_backend)
+    verdicts = {"cudss": (False, "not importable: no nvmath here"), "cupy": (True, "")}
+    monkeypatch.setattr(linear, "_probe", lambda name, device, dtype: verdicts[name])
+    monkeypatch.setattr(linear, "_warned_auto", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = linear._pick_auto(_FakeCuda(), wp.float64, {})
+        again = linear._pick_auto(_FakeCuda(), wp.float64, {})
+    assert first == again == ("cupy", "cuDSS not importable: no nvmath here")
+    assert [str(w.message) for w in caught] == [
+        "linear_solver='auto' on cuda:7: cuDSS is not used (cuDSS not importable: no nvmath here); using 'cupy'"]
+    # another reason is warned too; without CuPy, Warp CG
+    verdicts.update(cudss=(False, "its float32 test solve failed: LinearSolveError: x"), cupy=(False, "no cupy"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert linear._pick_auto(_FakeCuda(), wp.float32, {}) == (
+            "cg", "cuDSS its float32 test solve failed: LinearSolveError: x")
+    assert len(caught) == 1 and "using 'cg'" in str(caught[0].message)
+    # cuDSS works: picked, nothing to report
+    verdicts["cudss"] = (True, "")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert linear._pick_auto(_FakeCuda(), wp.float64, {}) == ("cudss", None)
+    assert caught == []
+
+
+def _hide_packages(monkeypatch, *names):
+    """Make ``import name`` (and of its submodules) fail, as if the packages were not installed."""
+    for key in [k for k in sys.modules if any(k == n or k.startswith(n + ".") for n in names)] + list(names):
+        monkeypatch.setitem(sys.modules, key, None)
+
+
+def test_probe_says_why_a_back_end_is_unusable(monkeypatch):
+    monkeypatch.setattr(linear, "_probe_cache", {})
+    _hide_packages(monkeypatch, "nvmath")
+    ok, why = linear._probe("cudss", wp.get_device(), wp.float64)
+    assert not ok and why.startswith("not importable: ") and "warp-meshad[cudss]" in why
+    assert linear._probe("cudss", wp.get_device(), wp.float64) == (ok, why)  # cached
+
+
+def test_missing_optional_packages_name_the_extra(monkeypatch):
+    _hide_packages(monkeypatch, "cupy", "cupyx", "nvmath")
     with pytest.raises(ImportError, match=r"warp-meshad\[cudss\]"):
         make_linear_solver("cupy")
     with pytest.raises(ImportError, match=r"warp-meshad\[cudss\]"):
         make_linear_solver("cudss")
 
 
-def test_input_validation_messages():
-    A, dense, b_np, b, x = spd_system(n=6, seed=1)
-    wrong = wp.zeros(6, dtype=wp.vec3f)
+def test_input_validation_messages(device):
+    A, dense, b_np, b, x = spd_system(n=6, seed=1, device=device)
+    wrong = wp.zeros(6, dtype=wp.vec3f, device=device)
     with pytest.raises(TypeError, match="expected dtype vec3d"):
         ScipySolver().solve(A, wrong, x)
     with pytest.raises(ValueError, match=r"expected shape \(6,\), got \(5,\)"):
-        ScipySolver().solve(A, b, wp.zeros(5, dtype=wp.vec3d))
+        ScipySolver().solve(A, b, wp.zeros(5, dtype=wp.vec3d, device=device))
     with pytest.raises(TypeError, match="BsrMatrix"):
         ScipySolver().solve(dense, b, x)
 
@@ -265,14 +328,13 @@ def _gpu_backend_available(name):
 @pytest.mark.parametrize("name", ["cg", "cupy", "cudss", "scipy"])
 @pytest.mark.parametrize("bs", [1, 3])
 def test_gpu_backends_match_numpy(name, bs):
-    if not _gpu_backend_available(name):
-        pytest.skip(f"{name} not installed")
+    _require_backend(name)
     A, dense, b_np, b, x = spd_system(n=60, bs=bs, seed=11, device="cuda:0")
     options = {"tol": 1e-12, "maxiter": 5000} if name == "cg" else {}
     solver = make_linear_solver(name, **options)
     info = solver.solve(A, b, x)
     np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-7, atol=1e-8)
-    assert info.backend == name
+    assert info.backend == name and info.converged
     # second solve with new values on the same pattern reuses the analysis
     _scale_values(A, 3.0)
     info2 = solver.solve(A, b, x)
@@ -281,22 +343,29 @@ def test_gpu_backends_match_numpy(name, bs):
         assert info2.analysis_ms <= info.analysis_ms + 5.0
 
 
-@gpu
-@needs_gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("matrix_type", ["general", "symmetric", "spd"])
 def test_gpu_cudss_matrix_types(matrix_type):
-    if not _gpu_backend_available("cudss"):
-        pytest.skip("nvmath-python not installed")
+    _require_backend("cudss")
     A, dense, b_np, b, x = spd_system(n=50, seed=12, device="cuda:0")
     make_linear_solver("cudss", matrix_type=matrix_type).solve(A, b, x)
     np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-7, atol=1e-8)
 
 
-@gpu
-@needs_gpu
-def test_gpu_auto_picks_a_gpu_backend():
-    solver = make_linear_solver("auto", device="cuda:0")
+@pytest.mark.gpu
+def test_gpu_auto_picks_a_gpu_backend_and_says_why_not_cudss(monkeypatch):
+    monkeypatch.setattr(linear, "_warned_auto", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        solver = make_linear_solver("auto", device="cuda:0")
     assert solver.name in ("cudss", "cupy", "cg")
+    ours = [str(w.message) for w in caught if "cuDSS is not used" in str(w.message)]
+    if solver.name == "cudss":
+        assert solver.cudss_skipped_reason is None and ours == []
+    else:
+        # probed and failed: the reason (e.g. nvmath-python not importable) is a field and one warning
+        assert solver.cudss_skipped_reason.startswith("cuDSS ") and len(ours) == 1
+        assert solver.cudss_skipped_reason in ours[0]
     A, dense, b_np, b, x = spd_system(n=30, seed=13, device="cuda:0")
     solver.solve(A, b, x)
     np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-6, atol=1e-7)

@@ -1,5 +1,6 @@
 """Tests for warp_meshad._src.mesh: loading, validation messages, topology stencils, rest geometry."""
 
+import os
 import pathlib
 import re
 
@@ -425,3 +426,19 @@ def test_save_load_round_trip_obj_with_uv(tmp_path, woody):
         woody.save(tmp_path / "bad.obj", uv=np.zeros((3, 2)))
     with pytest.raises(MeshError, match=r"uv is only written to \.obj"):
         woody.save(tmp_path / "bad.ply", uv=uv)
+
+
+def test_saved_files_get_ordinary_permissions(tmp_path):
+    """TriMesh.save writes through a temporary file (mkstemp: 0600) and gives the result the mode a plain open()
+    would (0666 less the umask)."""
+    import stat
+
+    old = os.umask(0o027)
+    try:
+        TriMesh.grid(2, 2).save(tmp_path / "g.obj")
+        with open(tmp_path / "plain.txt", "w") as f:
+            f.write("x")
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE((tmp_path / "g.obj").stat().st_mode)
+    assert mode == stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode) == 0o640

@@ -9,6 +9,9 @@ import warp as wp
 import warp_meshad as wm
 from warp_meshad.kernels import ad
 
+# every test runs on the test device (the device fixture, or Warp's default device that conftest sets to it)
+pytestmark = pytest.mark.device
+
 
 @wp.struct
 class SpringParams:

@@ -1,7 +1,11 @@
 """Nonlinear solvers: quadratic in one Newton step, symmetric Dirichlet on woody to its 4*area optimum, L-BFGS / GD
-decrease, Gauss-Newton trilateration, pins, SciPy vs Warp CG, stopping reasons."""
+decrease, Gauss-Newton trilateration, pins, SciPy vs Warp CG, stopping reasons; steepest-descent fallbacks, capped
+CG solves and the 'auto' back-end's cuDSS report in the SolveResult. Every test runs on the test device
+($WARP_MESHAD_TEST_DEVICE); the gpu-marked ones need CUDA (cuDSS, 'auto' on a GPU)."""
 
+import os
 import pathlib
+import warnings
 from typing import Any
 
 import numpy as np
@@ -10,6 +14,8 @@ import scipy.sparse as sps
 import scipy.sparse.linalg as spla
 import warp as wp
 
+from warp_meshad._src import linear
+from warp_meshad._src.linear import LinearSolveError, LinearSolver
 from warp_meshad._src.problem import Problem
 from warp_meshad._src.solvers import (
     GaussNewtonSolver,
@@ -24,6 +30,9 @@ from warp_meshad.kernels import ad
 wp.config.log_level = wp.LOG_WARNING
 
 MESHES = pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes"
+DEVICE = os.environ.get("WARP_MESHAD_TEST_DEVICE", "cpu")  # of the module-scoped woody problem
+
+pytestmark = pytest.mark.device
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -49,10 +58,12 @@ def chain_spring(e: int, xa: Any, xb: Any):
     return wp.float64(0.5) * ad.dot(d, d)
 
 
-def quadratic_problem(n=8, seed=0, device="cpu"):
+def quadratic_problem(n=8, seed=0, device="cpu", stiffness=None):
+    """(problem, K, rhs, x0): anchors + chain springs, minimized where K x = rhs; ``stiffness`` of the anchors
+    (default random in [0.5, 2]; below -4 everywhere makes K negative definite: Newton's direction ascends)."""
     rng = np.random.default_rng(seed)
     targets = rng.standard_normal((n, 3))
-    stiffness = rng.uniform(0.5, 2.0, n)
+    stiffness = rng.uniform(0.5, 2.0, n) if stiffness is None else np.full(n, float(stiffness))
     problem = Problem(n, 3, wp.float64, device)
     data = AnchorData()
     data.target = wp.array(targets, dtype=wp.vec3d, device=device)
@@ -72,8 +83,8 @@ def quadratic_problem(n=8, seed=0, device="cpu"):
     return problem, K, stiffness[:, None] * targets, x0
 
 
-def test_quadratic_converges_in_one_newton_step():
-    problem, K, rhs, x0 = quadratic_problem()
+def test_quadratic_converges_in_one_newton_step(device):
+    problem, K, rhs, x0 = quadratic_problem(device=device)
     x0_np = x0.numpy().copy()
     result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, tolerance=1e-10)
     assert isinstance(result, SolveResult)
@@ -84,11 +95,13 @@ def test_quadratic_converges_in_one_newton_step():
     np.testing.assert_array_equal(x0.numpy(), x0_np)  # the input is untouched
     assert result.energies[1] < result.energies[0]
     assert set(result.time_ms) >= {"derivatives", "linear_solve", "line_search", "total"}
-    assert result.linear_solver == "scipy"
+    assert result.linear_solver == "scipy" and result.cudss_skipped_reason is None  # named, not picked by 'auto'
+    assert result.steepest_descent_fallbacks == 0 and result.fallback_reasons == {}
+    assert result.linear_converged == [True] and result.linear_solves_capped == 0
 
 
-def test_pins_never_move_and_free_part_is_optimal():
-    problem, K, rhs, x0 = quadratic_problem(seed=1)
+def test_pins_never_move_and_free_part_is_optimal(device):
+    problem, K, rhs, x0 = quadratic_problem(seed=1, device=device)
     fixed = [0, 5]
     result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False, fixed=fixed).solve(x0, tolerance=1e-10)
     assert result.converged
@@ -99,27 +112,29 @@ def test_pins_never_move_and_free_part_is_optimal():
     np.testing.assert_allclose(x[free], expected, rtol=1e-9, atol=1e-11)
 
 
-def test_scipy_and_cg_newton_agree():
-    problem, K, rhs, x0 = quadratic_problem(seed=2)
+def test_scipy_and_cg_newton_agree(device):
+    problem, K, rhs, x0 = quadratic_problem(seed=2, device=device)
     r_scipy = NewtonSolver(problem, linear_solver="scipy").solve(x0, tolerance=1e-12)
     r_cg = NewtonSolver(problem, linear_solver="cg", linear_solver_options={"tol": 1e-12}).solve(x0, tolerance=1e-12)
     assert r_scipy.converged and r_cg.converged and r_cg.linear_solver == "cg"
+    assert r_cg.linear_solves_capped == 0 and all(r_cg.linear_converged) and len(r_cg.linear_converged) >= 1
     np.testing.assert_allclose(r_cg.x.numpy(), r_scipy.x.numpy(), rtol=1e-8, atol=1e-9)
 
 
-def test_newton_cg_matrix_free_solves_quadratic():
-    problem, K, rhs, x0 = quadratic_problem(seed=3)
+def test_newton_cg_matrix_free_solves_quadratic(device):
+    problem, K, rhs, x0 = quadratic_problem(seed=3, device=device)
     result = NewtonCGSolver(problem, forcing=1e-3).solve(x0, tolerance=1e-12, gradient_tolerance=1e-9)
     assert result.converged, result.reason
     np.testing.assert_allclose(result.x.numpy(), np.linalg.solve(K, rhs), rtol=1e-7, atol=1e-8)
-    assert sum(result.linear_iterations) >= 1
+    assert sum(result.linear_iterations) >= 1 and result.steepest_descent_fallbacks == 0
 
 
-def test_stopping_rules_non_finite_and_caps():
-    problem, K, rhs, x0 = quadratic_problem(seed=4)
+def test_stopping_rules_non_finite_and_caps(device):
+    problem, K, rhs, x0 = quadratic_problem(seed=4, device=device)
     bad = x0.numpy().copy()
     bad[2, 1] = np.nan
-    result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(wp.array(bad, dtype=wp.vec3d))
+    result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(
+        wp.array(bad, dtype=wp.vec3d, device=device))
     assert not result.converged and result.reason in ("non_finite_energy", "non_finite_gradient")
     assert result.iterations == 0
     result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, max_iterations=0)
@@ -132,7 +147,9 @@ def test_stopping_rules_non_finite_and_caps():
     with pytest.raises(ValueError, match="projection"):
         NewtonSolver(problem, projection="flip")
     with pytest.raises(ValueError, match=r"x: expected shape \(8,\), got \(3,\)"):
-        NewtonSolver(problem, linear_solver="scipy").solve(wp.zeros(3, dtype=wp.vec3d))
+        NewtonSolver(problem, linear_solver="scipy").solve(wp.zeros(3, dtype=wp.vec3d, device=device))
+    with pytest.raises(ValueError, match="cg_maxiter: expected an int >= 1 or None, got 0"):
+        NewtonCGSolver(problem, cg_maxiter=0)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -206,11 +223,11 @@ def _tutte(V, F):
 
 @pytest.fixture(scope="module")
 def woody():
-    return woody_problem()
+    return woody_problem(DEVICE)
 
 
-def woody_problem():
-    """(problem, faces, Tutte uv scaled to the surface's area, area) for woody.obj."""
+def woody_problem(device):
+    """(problem, faces, Tutte uv scaled to the surface's area, area) for woody.obj, on ``device``."""
     V, F = _read_obj(MESHES / "woody.obj")
     e1 = V[F[:, 1]] - V[F[:, 0]]
     e2 = V[F[:, 2]] - V[F[:, 0]]
@@ -225,10 +242,10 @@ def woody_problem():
     uv = _tutte(V, F)
     uv *= np.sqrt(area.sum() / _signed_areas(uv, F).sum())  # same total area as the surface
     assert (_signed_areas(uv, F) > 0).all()
-    problem = Problem(len(V), 2, wp.float64, "cpu")
+    problem = Problem(len(V), 2, wp.float64, device)
     data = SymDirichletData()
-    data.rest_inv = wp.array(np.linalg.inv(rest), dtype=wp.mat22d)
-    data.area = wp.array(area, dtype=wp.float64)
+    data.rest_inv = wp.array(np.linalg.inv(rest), dtype=wp.mat22d, device=device)
+    data.area = wp.array(area, dtype=wp.float64, device=device)
     problem.add_term(F, sym_dirichlet, data)
     return problem, F, uv, float(area.sum())
 
@@ -241,7 +258,7 @@ def _assert_monotone(energies):
 
 def test_projected_newton_symmetric_dirichlet_woody(woody):
     problem, F, uv, area = woody
-    x0 = wp.array(uv, dtype=wp.vec2d)
+    x0 = wp.array(uv, dtype=wp.vec2d, device=problem.device)
     result = NewtonSolver(problem, linear_solver="scipy", project_hessian=True).solve(x0, max_iterations=50,
                                                                                     tolerance=1e-6)
     assert result.converged, result.reason
@@ -256,7 +273,7 @@ def test_projected_newton_symmetric_dirichlet_woody(woody):
 @pytest.mark.parametrize("solver_cls", [LBFGSSolver, GradientDescentSolver, NewtonCGSolver])
 def test_first_order_and_matrix_free_decrease_energy(woody, solver_cls):
     problem, F, uv, area = woody
-    x0 = wp.array(uv, dtype=wp.vec2d)
+    x0 = wp.array(uv, dtype=wp.vec2d, device=problem.device)
     result = solver_cls(problem).solve(x0, max_iterations=15)
     _assert_monotone(result.energies)
     assert result.iterations >= 1 and result.energies[-1] < result.energies[0]
@@ -266,7 +283,7 @@ def test_first_order_and_matrix_free_decrease_energy(woody, solver_cls):
 
 def test_pinned_parametrization_keeps_pins(woody):
     problem, F, uv, area = woody
-    x0 = wp.array(uv, dtype=wp.vec2d)
+    x0 = wp.array(uv, dtype=wp.vec2d, device=problem.device)
     fixed = np.array([0, 10, 100])
     for solver in (NewtonSolver(problem, linear_solver="scipy", fixed=fixed), LBFGSSolver(problem, fixed=fixed)):
         result = solver.solve(x0, max_iterations=5)
@@ -290,17 +307,15 @@ def range_residual(e: int, p: Any, data: RangeData):
     return ad.length(p - data.anchor[e]) - data.distance[e]
 
 
-def test_gauss_newton_trilateration():
+def test_gauss_newton_trilateration(device):
     anchors = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 3.0], [5.0, 5.0]])
     answer = np.array([1.5, 2.0])
-    problem = Problem(1, 2, wp.float64, "cpu")
-    if not hasattr(problem, "eval_gauss_newton"):
-        pytest.skip("Problem.eval_gauss_newton not available yet")
+    problem = Problem(1, 2, wp.float64, device)
     data = RangeData()
-    data.anchor = wp.array(anchors, dtype=wp.vec2d)
-    data.distance = wp.array(np.linalg.norm(anchors - answer, axis=1), dtype=wp.float64)
+    data.anchor = wp.array(anchors, dtype=wp.vec2d, device=device)
+    data.distance = wp.array(np.linalg.norm(anchors - answer, axis=1), dtype=wp.float64, device=device)
     problem.add_residual_term(np.zeros((len(anchors), 1), dtype=np.int32), range_residual, data, weight=2.0)
-    x0 = wp.array([[3.0, 0.5]], dtype=wp.vec2d)
+    x0 = wp.array([[3.0, 0.5]], dtype=wp.vec2d, device=device)
     result = GaussNewtonSolver(problem, linear_solver="scipy").solve(x0, max_iterations=30, tolerance=1e-14,
                                                                      gradient_tolerance=1e-10)
     assert result.converged, result.reason
@@ -313,23 +328,122 @@ def test_gauss_newton_trilateration():
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# GPU (run on a CUDA host)
+# Failures made visible: steepest-descent fallbacks, CG solves at their cap, why 'auto' did not pick cuDSS
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class _FailingSolver(LinearSolver):
+    """A back-end whose every solve fails, as a singular matrix makes SuperLU or cuDSS fail."""
+
+    name = "failing"
+
+    def solve(self, A, b, x):
+        raise LinearSolveError("failing: always")
+
+
+def test_newton_direction_that_ascends_falls_back_to_minus_g_and_is_counted(device):
+    # anchors of stiffness -5 (and springs of Laplacian eigenvalues <= 4): H is negative definite, so H d = -g gives
+    # d . g = -g^T H^-1 g > 0, an ascent direction; the iteration steps along -g instead and says so
+    problem, K, rhs, x0 = quadratic_problem(seed=7, device=device, stiffness=-5.0)
+    assert np.linalg.eigvalsh(K).max() < 0.0
+    result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, max_iterations=2)
+    assert result.iterations == 2 and result.energies[-1] < result.energies[0]
+    assert result.steepest_descent_fallbacks == 2 and result.fallback_reasons == {"not_descent_direction": 2}
+    assert result.linear_converged == [True, True] and result.linear_solves_capped == 0  # the solves were fine
+    # projected, the Hessian is PSD: Newton's own direction descends, nothing falls back
+    projected = NewtonSolver(problem, linear_solver="scipy", project_hessian=True).solve(x0, max_iterations=1)
+    assert projected.steepest_descent_fallbacks == 0 and projected.fallback_reasons == {}
+
+
+def test_failed_linear_solve_falls_back_to_minus_g_and_is_counted(device):
+    problem, K, rhs, x0 = quadratic_problem(seed=8, device=device)
+    result = NewtonSolver(problem, linear_solver=_FailingSolver(), project_hessian=False).solve(
+        x0, max_iterations=3, tolerance=0.0, energy_tolerance=0.0)
+    # the solve goes on along -g (it used to stop with reason "linear_solve_failed")
+    assert result.iterations == 3 and result.reason == "max_iterations"
+    assert result.steepest_descent_fallbacks == 3 and result.fallback_reasons == {"linear_solve_failed": 3}
+    assert result.linear_converged == [False] * 3 and result.linear_iterations == [0] * 3
+    assert result.linear_solves_capped == 0  # failed, not capped
+    _assert_monotone(result.energies)
+    assert result.energies[-1] < result.energies[0]
+    g = problem.eval_with_gradient(x0)[1].numpy()
+    # the first step is alpha * (-g) from x0, alpha the accepted Armijo step
+    np.testing.assert_allclose(result.energies[1], problem.eval(wp.array(
+        x0.numpy() - result.step_sizes[0] * g, dtype=wp.vec3d, device=device)), rtol=1e-12)
+
+
+def test_cg_solves_stopped_at_their_cap_are_counted(device):
+    problem, K, rhs, x0 = quadratic_problem(seed=9, device=device)
+    capped = NewtonSolver(problem, linear_solver="cg", linear_solver_options={
+        "maxiter": 1, "preconditioner": "none", "tol": 1e-14}).solve(x0, max_iterations=3, tolerance=0.0)
+    assert capped.iterations >= 2 and len(capped.linear_converged) == capped.iterations
+    assert capped.linear_solves_capped == capped.iterations and not any(capped.linear_converged)
+    assert capped.linear_iterations == [1] * capped.iterations
+    assert capped.steepest_descent_fallbacks == 0  # one CG step from 0 is -g scaled: it descends
+    # the inner CG of Newton-CG: a cap of one iteration cannot meet the forcing tolerance on this system
+    inner = NewtonCGSolver(problem, cg_maxiter=1, forcing=1e-6).solve(x0, max_iterations=2, tolerance=0.0)
+    assert inner.linear_solves_capped == inner.iterations == 2 and inner.linear_converged == [False, False]
+    uncapped = NewtonCGSolver(problem, forcing=1e-6).solve(x0, max_iterations=2, tolerance=0.0)
+    assert uncapped.linear_solves_capped == 0 and uncapped.linear_converged == [True] * uncapped.iterations
+
+
+def test_newton_cg_negative_curvature_first_direction_is_a_counted_fallback(device):
+    problem, K, rhs, x0 = quadratic_problem(seed=10, device=device, stiffness=-5.0)
+    result = NewtonCGSolver(problem).solve(x0, max_iterations=1, tolerance=0.0)
+    assert result.iterations == 1 and result.energies[1] < result.energies[0]
+    assert result.steepest_descent_fallbacks == 1 and result.fallback_reasons == {"negative_curvature": 1}
+    assert result.linear_iterations == [1] and result.linear_converged == [True]  # stopped by curvature, not the cap
+
+
+def test_lbfgs_and_gradient_descent_report_no_fallbacks_on_a_convex_problem(device):
+    problem, K, rhs, x0 = quadratic_problem(seed=11, device=device)
+    for solver in (LBFGSSolver(problem), GradientDescentSolver(problem, step=0.2)):
+        result = solver.solve(x0, max_iterations=5, tolerance=0.0)
+        assert result.iterations == 5 and result.energies[-1] < result.energies[0]
+        assert result.steepest_descent_fallbacks == 0 and result.linear_converged == []
+
+
+def test_auto_linear_solver_reports_why_cudss_is_not_used(device, monkeypatch):
+    monkeypatch.setattr(linear, "_warned_auto", set())
+    problem, K, rhs, x0 = quadratic_problem(seed=12, device=device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        solver = NewtonSolver(problem, linear_solver="auto")
+        NewtonSolver(problem, linear_solver="auto")  # a second 'auto' on the same device warns no more
+    result = solver.solve(x0, tolerance=1e-10)
+    assert result.converged and result.linear_solver == solver.linear_solver.name
+    reason = solver.linear_solver.cudss_skipped_reason
+    assert result.cudss_skipped_reason == reason
+    ours = [w for w in caught if "cuDSS is not used" in str(w.message)]
+    if wp.get_device(device).is_cpu:
+        assert result.linear_solver == "qdldl" and "the device is the CPU" in reason
+        assert ours == []  # expected on the CPU: a field, no warning
+    elif result.linear_solver == "cudss":
+        assert reason is None and ours == []
+    else:
+        assert reason.startswith("cuDSS ") and len(ours) == 1 and reason in str(ours[0].message)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# GPU (need a CUDA device whatever the test device; skipped, saying so, without one)
 # ----------------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(wp.get_cuda_device_count() == 0, reason="needs a CUDA device")
-@pytest.mark.parametrize("linear_solver", ["auto", "cg"])
+@pytest.mark.parametrize("linear_solver", ["auto", "cg", "cudss"])
 def test_gpu_newton_quadratic(linear_solver):
+    if linear_solver == "cudss":
+        pytest.importorskip("nvmath", reason="the cudss back-end needs nvmath-python (pip install warp-meshad[cudss])")
     problem, K, rhs, x0 = quadratic_problem(seed=5, device="cuda:0")
     result = NewtonSolver(problem, linear_solver=linear_solver, linear_solver_options=(
         {"tol": 1e-12} if linear_solver == "cg" else None)).solve(x0, tolerance=1e-10)
-    assert result.converged
+    assert result.converged and result.steepest_descent_fallbacks == 0 and result.linear_solves_capped == 0
+    if linear_solver != "auto":
+        assert result.linear_solver == linear_solver
     np.testing.assert_allclose(result.x.numpy(), np.linalg.solve(K, rhs), rtol=1e-7, atol=1e-8)
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(wp.get_cuda_device_count() == 0, reason="needs a CUDA device")
 @pytest.mark.parametrize("solver_cls", [NewtonCGSolver, LBFGSSolver])
 def test_gpu_matrix_free_and_lbfgs_quadratic(solver_cls):
     problem, K, rhs, x0 = quadratic_problem(seed=6, device="cuda:0")

@@ -230,25 +230,49 @@ def test_deterministic_plan_takes_three_rounds_per_patch_of_a_spring_grid(device
 
 
 def test_deterministic_tiled_matches_atomic_and_repeats_bitwise(device):
+    """deterministic=True (tiled rounds) agrees with the atomic assembly and repeats bitwise.
+
+    On CUDA the input is one where the atomic assembly does not repeat: every spring is listed 64 times, each copy
+    with its own rest length, so each gradient entry and Hessian block sums hundreds of contributions that float
+    atomics add in the order threads arrive. The test asserts that the atomic runs do differ in their last bits
+    (the input can tell a reordered sum from a fixed-order one), then that the deterministic runs do not. On the
+    CPU a launch runs its threads one after another in index order, so atomic runs repeat bitwise as well: there
+    the bitwise comparison cannot catch an order-dependent sum, and the springs are listed once (the tiled kernels
+    are slow on the CPU); only agreement with the atomic assembly and repetition are checked.
+    """
+    cuda = wp.get_device(device).is_cuda
+    repeat, count = (64, 5) if cuda else (1, 3)
     mesh = wm.TriMesh.grid(22, 16)
     x = wp.array(positions(mesh, 5), dtype=wp.vec3d, device=device)
-    atomic = build(mesh, device, "atomic")
-    q = wm.Problem(mesh.vertex_count, 3, device=device, deterministic=True, assembly="tiled")
-    for t in atomic.terms:
-        q.add_term(t.elements_np, t.energy, t.data, weight=t.weight)
-    e, g, H = atomic.assemble_hessian(x, projection="clamp")
-    ref = (e.numpy()[0], g.numpy().copy(), wm.to_scipy(H).toarray())
-    runs = []
-    for _ in range(3):
-        e, g, H = q.assemble_hessian(x, projection="clamp")
-        runs.append((e.numpy().copy(), g.numpy().copy(), H.values.numpy().copy()))
-    assert q._tiles[1].deterministic and q._det is None  # no contribution buffers
-    np.testing.assert_allclose(runs[0][0][0], ref[0], rtol=1e-12)
-    np.testing.assert_allclose(runs[0][1], ref[1], rtol=1e-11, atol=1e-12)
-    np.testing.assert_allclose(wm.to_scipy(H).toarray(), ref[2], rtol=1e-11, atol=1e-11)
-    for r in runs[1:]:
-        for a, b in zip(r, runs[0]):
-            assert np.array_equal(a, b)
+    springs = Springs()
+    rest = np.random.default_rng(6).uniform(0.5, 1.0, repeat * mesh.edge_count) * np.tile(mesh.edge_lengths(), repeat)
+    springs.rest = wp.array(rest, dtype=wp.float64, device=device)
+    springs.k = wp.float64(3.0)
+
+    def runs(**options):
+        p = wm.Problem(mesh.vertex_count, 3, device=device, **options)
+        p.add_term(np.tile(mesh.edges, (repeat, 1)), spring, springs)
+        p.add_term(mesh.faces, wavy_triangle, weight=0.5)
+        out = []
+        for _ in range(count):
+            e, g, H = p.assemble_hessian(x, projection="clamp")
+            out.append((e.numpy().copy(), g.numpy().copy(), H.values.numpy().copy()))
+        return p, out, wm.to_scipy(H).toarray()
+
+    def same(a, b):
+        return all(np.array_equal(u, v) for u, v in zip(a, b))
+
+    atomic, atomic_runs, ref = runs(assembly="atomic")
+    q, det_runs, dense = runs(deterministic=True, assembly="tiled")
+    assert q._tiles[1].deterministic and q._det is None  # rounds in shared memory, no contribution buffers
+    np.testing.assert_allclose(det_runs[0][0][0], atomic_runs[0][0][0], rtol=1e-12)
+    np.testing.assert_allclose(det_runs[0][1], atomic_runs[0][1], rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(dense, ref, rtol=1e-11, atol=1e-11)
+    if cuda:
+        assert not all(same(r, atomic_runs[0]) for r in atomic_runs[1:]), (
+            f"the atomic assembly repeated bitwise in {count} runs: this input cannot show a reordered sum")
+    for r in det_runs[1:]:
+        assert same(r, det_runs[0])
 
 
 def test_auto_sums_small_float32_elements_in_rounds(device, monkeypatch):

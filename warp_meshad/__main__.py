@@ -1,11 +1,13 @@
 """Command line: run the apps from YAML configs.
 
     warp-meshad run [CONFIG] [--device DEV] [--steps N] [--output DIR] [--set KEY=VALUE ...]
-                    [--test] [--headless | --viewer] [--quiet]
+                    [--test] [--headless | --viewer] [--quiet] [--verbose]
+    warp-meshad warmup [CONFIG] [--device DEV] [--set KEY=VALUE ...] [--test] [--quiet] [--verbose]
     warp-meshad list
 
 CONFIG is a YAML file or a name under configs/ such as ``cloth/hanging`` (the default). ``python -m warp_meshad`` is
-the same command.
+the same command. ``warmup`` builds the scene and takes one short step without writing anything, so that Warp
+compiles and caches the kernels a run of it uses (a cold start compiles each module once: seconds per module).
 """
 
 from __future__ import annotations
@@ -21,23 +23,33 @@ def build_parser() -> argparse.ArgumentParser:
         prog="warp-meshad",
         description="Run warp_meshad apps (cloth, smoothing, ...) from YAML configs, headless or in the viewer.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{run,list}")
+    sub = parser.add_subparsers(dest="command", metavar="{run,warmup,list}")
     sub.required = True
 
     run = sub.add_parser("run", help="run one config", description="Run one app config and write its outputs.")
-    run.add_argument("config", nargs="?", default="cloth/hanging",
-                     help="a YAML file, or a name under configs/ like 'cloth/hanging' (default)")
-    run.add_argument("--device", help="Warp device: cpu, cuda, cuda:N (default: the first CUDA device, else cpu)")
+    warmup = sub.add_parser(
+        "warmup", help="compile a config's kernels ahead of time",
+        description="Build one app config and take one short step (at most 2 solver iterations) without writing "
+                    "anything, so that Warp compiles the kernels a run of it uses and keeps them in its kernel cache; "
+                    "later runs start without compiling. Says what compiled and how long it took.")
+    for p in (run, warmup):
+        p.add_argument("config", nargs="?", default="cloth/hanging",
+                       help="a YAML file, or a name under configs/ like 'cloth/hanging' (default)")
+        p.add_argument("--device", help="Warp device: cpu, cuda, cuda:N (default: the first CUDA device, else cpu)")
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key (dotted for nested keys, value in YAML: --set grid.nx=8); "
+                            "repeatable")
+        p.add_argument("--test", action="store_true",
+                       help="apply the config's test block (small size, seconds on a CPU)")
     run.add_argument("--steps", type=int, help="number of steps (overrides the config)")
-    run.add_argument("--output", metavar="DIR", help="output folder (default: output/<app>_<scene>)")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a config key (dotted for nested keys, value in YAML: --set grid.nx=8); repeatable")
-    run.add_argument("--test", action="store_true", help="apply the config's test block (small size, seconds on a CPU)")
+    run.add_argument("--output", metavar="DIR",
+                     help="output folder (default: output/<app>_<scene>, output/<app>_<scene>_test with --test)")
     view = run.add_mutually_exclusive_group()
     view.add_argument("--viewer", action="store_true", help="open the interactive Polyscope viewer")
     view.add_argument("--headless", action="store_true", help="no viewer, even if the config asks for one")
-    run.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no messages")
-    run.add_argument("--verbose", "-v", action="store_true", help="also show Warp's messages (module loads)")
+    for p in (run, warmup):
+        p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no messages")
+        p.add_argument("--verbose", "-v", action="store_true", help="also show Warp's messages (module loads)")
 
     sub.add_parser("list", help="list the apps and their configs", description="List the apps and their configs.")
     return parser
@@ -60,27 +72,42 @@ def _list(out) -> int:
     return 0
 
 
-def _run(args) -> int:
-    from warp_meshad._src.app import load_config, parse_set, run_app
+def _config(args):
+    from warp_meshad._src.app import load_config, parse_set
 
     flags = {}
     if args.device is not None:
         flags["--device"] = {"device": args.device}
-    if args.steps is not None:
+    if getattr(args, "steps", None) is not None:
         flags["--steps"] = {"steps": args.steps}
-    if args.output is not None:
+    if getattr(args, "output", None) is not None:
         flags["--output"] = {"output": args.output}
-    config = load_config(args.config, overrides=parse_set(args.overrides), test=args.test, flags=flags)
+    return load_config(args.config, overrides=parse_set(args.overrides), test=args.test, flags=flags)
+
+
+def _run(args) -> int:
+    from warp_meshad._src.app import check_output_folder, run_app
+
+    config = _config(args)
+    if args.output is not None:
+        check_output_folder(config.output, "--output")  # before anything runs; the error names the flag
     viewer = True if args.viewer else (False if args.headless else None)
     run_app(config, quiet=args.quiet, viewer=viewer)
+    return 0
+
+
+def _warmup(args) -> int:
+    from warp_meshad._src.app import warmup_app
+
+    warmup_app(_config(args), quiet=args.quiet)
     return 0
 
 
 def main(argv=None) -> int:
     """Entry point of ``warp-meshad`` and ``python -m warp_meshad``; returns the exit status.
 
-    Exit status: 0 on success, 2 for a bad command line or config (the message names the file and the key), 1 when
-    ``check_final`` fails.
+    Exit status: 0 on success, 2 for a bad command line, config, mesh or output folder (the message names the file
+    and the key; no traceback), 1 when ``check_final`` fails.
     """
     args = build_parser().parse_args(argv)
     import warp as wp
@@ -88,16 +115,16 @@ def main(argv=None) -> int:
     if not getattr(args, "verbose", False):
         wp.config.log_level = wp.LOG_WARNING  # before Warp initializes: no banner, no module-load lines
     from warp_meshad._src.app import ConfigError
+    from warp_meshad._src.mesh import MeshError
     from warp_meshad._src.viewer import ViewerError
 
     try:
         if args.command == "list":
             return _list(sys.stdout)
+        if args.command == "warmup":
+            return _warmup(args)
         return _run(args)
-    except ConfigError as exc:
-        print(f"warp-meshad: error: {exc}", file=sys.stderr)
-        return 2
-    except ViewerError as exc:
+    except (ConfigError, MeshError, ViewerError) as exc:  # the input's fault: say what, without a traceback
         print(f"warp-meshad: error: {exc}", file=sys.stderr)
         return 2
     except AssertionError as exc:

@@ -9,9 +9,16 @@ Overrides apply in this order: dataclass defaults, the YAML file, the file's ``t
 small size the test suite runs), ``--set key=value`` pairs (dotted keys reach nested fields), then the command-line
 flags (``--device``, ``--steps``, ``--output``).
 
-Outputs (:func:`run_app`) go to ``output/<app>_<scene>/`` unless ``output`` says otherwise: the final mesh
-(``final.obj`` or ``final.ply``), ``metrics.json``, ``convergence.png`` (matplotlib) and ``screenshot.png`` (Polyscope,
-headless EGL, where available). Every file is written atomically (temporary file, then ``os.replace``).
+Outputs (:func:`run_app`) go to ``output/<app>_<scene>/`` (``output/<app>_<scene>_test/`` for a ``test=True``
+config) unless ``output`` says otherwise: the final mesh (``final.obj`` or ``final.ply``), ``metrics.json``,
+``convergence.png`` (matplotlib) and ``screenshot.png`` (Polyscope, headless EGL, where available). The folder is
+checked for writing before the app is built; every file is written atomically (temporary file, then ``os.replace``)
+with the permissions of an ordinary new file (``0666`` less the umask).
+
+While an app is built and run, the Warp modules it compiles are announced on the log as each compile starts
+(:class:`~warp_meshad._src.module_loads.ModuleLoads`); ``metrics.json`` records the compile and load times and
+whether the kernel cache was warm. :func:`warmup_app` builds an app and takes one short step without writing
+anything, so that a later run finds every kernel of its first step in Warp's kernel cache.
 
 pyyaml, matplotlib and polyscope are optional and imported only where used.
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import importlib
 import json
 import math
@@ -38,21 +46,28 @@ from typing import Any, ClassVar, Literal, Optional
 
 import numpy as np
 
+from .linear import LINEAR_SOLVER_NAMES
+from .mesh import MeshError, new_file_mode
+from .module_loads import ModuleLoads
+
 __all__ = [
     "App",
     "AppConfig",
     "ConfigError",
     "GridConfig",
     "RunReport",
+    "WarmupReport",
     "app_class",
     "apps_package",
     "available_apps",
     "available_configs",
+    "check_output_folder",
     "configs_root",
     "load_config",
     "parse_set",
     "resolve_device",
     "run_app",
+    "warmup_app",
 ]
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -109,18 +124,20 @@ class AppConfig:
         dtype: floating point type of the variables, ``"float64"`` or ``"float32"``.
         device: Warp device (``"cpu"``, ``"cuda"``, ``"cuda:1"``); None: the first CUDA device if any, else the CPU.
         solver: the nonlinear solver (each app lists its choices).
-        linear_solver: linear back-end of Newton-type solvers (``"auto"``, ``"scipy"``, ``"cg"``, ``"cupy"``,
-            ``"cudss"``).
+        linear_solver: linear back-end of Newton-type solvers (``"auto"``, ``"qdldl"``, ``"scipy"``, ``"cg"``,
+            ``"cupy"``, ``"cudss"``; see :func:`~warp_meshad.make_linear_solver`).
         steps: number of ``step()`` calls of a run (time steps, or solver rounds).
         iterations: solver iteration cap per step.
         tolerance: solver tolerance (Newton decrement for Newton-type solvers, else gradient norm).
-        output: output folder; None: ``output/<app>_<scene>`` under the current folder.
+        output: output folder; None: ``output/<app>_<scene>`` under the current folder (``output/<app>_<scene>_test``
+            for a test-size run).
         mesh_format: file format of the final mesh, ``"obj"`` or ``"ply"``.
         viewer: open the interactive Polyscope viewer.
         screenshot: render ``screenshot.png`` headless (Polyscope + EGL) where available.
         test: overrides applied by ``--test`` (a small size that runs in seconds on a CPU); same keys as the config.
         scene: the config file's name without extension (set by the loader).
         source: the config file's path (set by the loader).
+        test_run: the ``test:`` block was asked for (``load_config(..., test=True)``, set by the loader).
     """
 
     app: str = ""
@@ -129,7 +146,7 @@ class AppConfig:
     dtype: Literal["float64", "float32"] = "float64"
     device: Optional[str] = None
     solver: str = "newton"
-    linear_solver: Literal["auto", "scipy", "cg", "cupy", "cudss"] = "auto"
+    linear_solver: Literal[LINEAR_SOLVER_NAMES] = "auto"
     steps: int = 10
     iterations: int = 20
     tolerance: float = 1e-8
@@ -140,6 +157,11 @@ class AppConfig:
     test: dict = field(default_factory=dict)
     scene: str = internal("")
     source: Optional[str] = internal(None)
+    test_run: bool = internal(False)
+
+    # names of built-in mesh generators (no file) and the mesh file extensions an app reads; apps may widen them
+    mesh_generators: ClassVar[tuple[str, ...]] = ("grid",)
+    mesh_suffixes: ClassVar[tuple[str, ...]] = (".obj", ".off", ".ply")
 
     def validate(self) -> list[tuple[str, str]]:
         """Checks across fields and of values; returns (key, message) pairs (empty when valid).
@@ -166,7 +188,7 @@ class AppConfig:
 
     def mesh_path(self) -> pathlib.Path | None:
         """The mesh file (absolute once loaded from a file), or None for a built-in generator."""
-        if self.mesh == "grid":
+        if self.mesh in self.mesh_generators:
             return None
         p = pathlib.Path(self.mesh).expanduser()
         if not p.is_absolute() and self.source:
@@ -405,6 +427,8 @@ def load_config(path, overrides: dict | None = None, test: bool = False, flags: 
         _validate(checked, where, prefix="test.")
         if test:
             config = checked
+    if test:
+        config = dataclasses.replace(config, test_run=True)
     for label, mapping in [("--set", overrides or {})] + list((flags or {}).items()):
         if mapping:
             if "app" in mapping:
@@ -413,7 +437,7 @@ def load_config(path, overrides: dict | None = None, test: bool = False, flags: 
             _validate(config, label)
             if "mesh" in mapping:
                 mesh_where = label
-                if config.mesh != "grid":  # a path typed on the command line is relative to the current folder
+                if config.mesh not in config.mesh_generators:  # a path on the command line: relative to the cwd
                     config = dataclasses.replace(config, mesh=str(pathlib.Path(config.mesh).expanduser().absolute()))
     return _finish(config, mesh_where)
 
@@ -427,8 +451,10 @@ def _finish(config: AppConfig, where: str) -> AppConfig:
     _validate(config, where)
     mp = config.mesh_path()
     if mp is not None:
-        if mp.suffix.lower() not in (".obj", ".off", ".ply"):
-            raise ConfigError(where, "mesh", f"expected 'grid' or an .obj/.off/.ply file, got {config.mesh!r}")
+        if mp.suffix.lower() not in config.mesh_suffixes:
+            kinds = " or ".join(repr(g) for g in config.mesh_generators)
+            files = "/".join(config.mesh_suffixes)
+            raise ConfigError(where, "mesh", f"expected {kinds} or an {files} file, got {config.mesh!r}")
         if not mp.is_file():
             raise ConfigError(where, "mesh", f"mesh file not found: {config.mesh!r} (resolved to {mp})")
         config = dataclasses.replace(config, mesh=str(mp.resolve()))
@@ -539,7 +565,7 @@ class App:
         dtype: ``wp.float64`` or ``wp.float32``.
         mesh: the input :class:`~warp_meshad.TriMesh` (topology and rest shape).
         history: one record per step: ``{"step", "iterations", "energies", "gradient_norms", "time_ms", "reason",
-            "converged"}``.
+            "converged", "steepest_descent_fallbacks", "fallback_reasons", "linear_solves_capped"}``.
         steps_done: number of steps taken.
     """
 
@@ -566,14 +592,22 @@ class App:
     # -- building blocks ---------------------------------------------------------------------------------------------
 
     def load_mesh(self):
-        """The config's mesh: ``TriMesh.grid`` for ``mesh: grid``, else the file."""
+        """The config's mesh: ``TriMesh.grid`` for ``mesh: grid``, else the file.
+
+        Raises:
+            ConfigError: key ``mesh``, with the :class:`~warp_meshad.MeshError` message (an empty, non-manifold or
+                unreadable mesh, NaN coordinates, unreferenced vertices, ...).
+        """
         from .mesh import TriMesh
 
         c = self.config
-        if c.mesh == "grid":
-            g = c.grid
-            return TriMesh.grid(g.nx, g.ny, g.width, g.height)
-        return TriMesh.from_file(c.mesh_path())
+        try:
+            if c.mesh == "grid":
+                g = c.grid
+                return TriMesh.grid(g.nx, g.ny, g.width, g.height)
+            return TriMesh.from_file(c.mesh_path())
+        except MeshError as exc:
+            raise ConfigError(c.source or f"{self.config_class.__name__}(...)", "mesh", str(exc)) from None
 
     def record(self, result, **extra) -> dict:
         """Append a :class:`~warp_meshad._src.solvers.SolveResult` to :attr:`history` as one step; return the record."""
@@ -585,6 +619,10 @@ class App:
             "time_ms": {k: float(v) for k, v in result.time_ms.items()},
             "reason": result.reason,
             "converged": bool(result.converged),
+            # failures made visible: iterations that stepped along -g, CG solves stopped at their iteration cap
+            "steepest_descent_fallbacks": int(getattr(result, "steepest_descent_fallbacks", 0)),
+            "fallback_reasons": dict(getattr(result, "fallback_reasons", {})),
+            "linear_solves_capped": int(getattr(result, "linear_solves_capped", 0)),
         }
         rec.update(extra)
         self.history.append(rec)
@@ -653,8 +691,9 @@ class App:
         c = self.config
         m = self.mesh
         mesh = f"{c.grid.nx}x{c.grid.ny} grid" if c.mesh == "grid" else pathlib.Path(c.mesh).name
+        steps = f"{c.steps} step{'' if c.steps == 1 else 's'}"
         return (f"{self.name}/{c.scene or 'custom'}: {mesh} ({m.vertex_count} vertices, {m.face_count} faces), "
-                f"{c.dtype}, solver {c.solver}, {c.steps} steps, on {self.device} ({self.device_reason})")
+                f"{c.dtype}, solver {c.solver}, {steps}, on {self.device} ({self.device_reason})")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -699,11 +738,15 @@ class Progress:
 
 
 def _atomic_write(path: pathlib.Path, write) -> None:
-    """``write(tmp_path)`` then ``os.replace`` onto ``path``; the temporary file is removed on failure."""
+    """``write(tmp_path)`` then ``os.replace`` onto ``path``; the temporary file is removed on failure.
+
+    The file gets the permissions of an ordinary new file (``mkstemp`` alone would leave it ``0600``).
+    """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, new_file_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -767,6 +810,8 @@ def build_metrics(app: App, times: dict, check: str) -> dict:
         "mesh": {"vertex_count": m.vertex_count, "face_count": m.face_count, "edge_count": m.edge_count},
         "steps": app.steps_done,
         "iterations": int(sum(r["iterations"] for r in app.history)),
+        "steepest_descent_fallbacks": int(sum(r.get("steepest_descent_fallbacks", 0) for r in app.history)),
+        "linear_solves_capped": int(sum(r.get("linear_solves_capped", 0) for r in app.history)),
         "final_energy": app.energy,
         "final_gradient_norm": app.gradient_norm,
         "energy": energies,
@@ -854,15 +899,71 @@ class RunReport:
 
 
 def output_folder(config: AppConfig) -> pathlib.Path:
-    """``config.output``, or ``output/<app>_<scene>`` under the current folder."""
+    """``config.output``, or ``output/<app>_<scene>`` under the current folder (``output/<app>_<scene>_test`` for a
+    test-size run, so that it does not overwrite the full run's outputs)."""
     if config.output:
         return pathlib.Path(config.output).expanduser()
-    return pathlib.Path("output") / f"{config.app}_{config.scene or 'custom'}"
+    return pathlib.Path("output") / f"{config.app}_{config.scene or 'custom'}{'_test' if config.test_run else ''}"
+
+
+def check_output_folder(path, where: str = "output") -> pathlib.Path:
+    """Create the output folder if needed and check that a file can be written in it, before any work is done.
+
+    Args:
+        path: the output folder.
+        where: what set it (a config file, ``"--output"``), named in the error.
+
+    Returns:
+        The folder.
+
+    Raises:
+        ConfigError: key ``output``: the folder cannot be created (a file stands in its way, no permission) or a
+            file cannot be written in it.
+    """
+    folder = pathlib.Path(path).expanduser()
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "it is a file, not a folder", str(folder))
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if exc.filename is not None and str(exc.filename) != str(folder):
+            reason += f" ({exc.filename})"
+        raise ConfigError(where, "output", f"cannot write the outputs to folder {str(folder)!r}: {reason}; choose "
+                                           "another folder (--output DIR)") from None
+    return folder
+
+
+def _stderr_log(quiet: bool):
+    """``log(text)`` printing ``warp-meshad: text`` to stderr (unless quiet); on a terminal it first clears the line,
+    where the progress bar may stand."""
+    def log(text):
+        if quiet:
+            return
+        clear = "\r\x1b[K" if getattr(sys.stderr, "isatty", lambda: False)() else ""
+        print(f"{clear}warp-meshad: {text}", file=sys.stderr, flush=True)
+
+    return log
+
+
+def _step_times(times: list[float]) -> dict:
+    """First step and median later step [s] from the step end times (the first entry: the run's start)."""
+    steps = np.diff(times)
+    return {"first_step_s": float(steps[0]) if steps.size else None,
+            "median_step_s": float(np.median(steps[1:])) if steps.size > 1 else None}
 
 
 def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, check: bool = True,
             log=None) -> RunReport:
     """Build the config's app, run it (headless, or in the viewer), check it, and write its outputs.
+
+    The output folder is checked for writing first. Each Warp module compiled while the app is built and run is
+    announced on ``log`` as the compile starts; ``metrics.json["compile"]`` records the compiles and loads
+    (:meth:`~warp_meshad._src.module_loads.ModuleLoads.summary`), ``cache_warm``, and the first and the median later
+    step time (``first_step_s``, ``median_step_s``: the first step pays for the compiles of a cold cache).
 
     Args:
         config: an app config (from :func:`load_config`, or built directly).
@@ -873,11 +974,14 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
 
     Returns:
         :class:`RunReport`.
+
+    Raises:
+        ConfigError: a bad config, mesh (key ``mesh``) or output folder (key ``output``).
+        AssertionError: ``check_final`` failed (after the outputs are written).
     """
     if log is None:
-        def log(text):
-            if not quiet:
-                print(f"warp-meshad: {text}", file=sys.stderr, flush=True)
+        log = _stderr_log(quiet)
+    out = check_output_folder(output_folder(config), config.source or "config")
 
     times = {}
     t0 = time.perf_counter()
@@ -885,22 +989,33 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
 
     if wp.config.log_level < wp.LOG_WARNING and quiet:
         wp.config.log_level = wp.LOG_WARNING
-    app = app_class(config.app, config.source or "config")(config)
-    log(app.describe())
-    times["setup"] = (time.perf_counter() - t0) * 1000.0
-
-    t0 = time.perf_counter()
     messages = []
-    use_viewer = config.viewer if viewer is None else viewer
-    if use_viewer:
-        from . import viewer as _viewer
+    step_ends = []
+    with ModuleLoads(log=None if quiet else log) as loads:
+        app = app_class(config.app, config.source or "config")(config)
+        log(app.describe())
+        times["setup"] = (time.perf_counter() - t0) * 1000.0
 
-        _viewer.show(app, log=log)
-    else:
-        progress = Progress(config.steps, quiet=quiet)
-        progress.update(0, "")
-        app.run(lambda a, rec: progress.update(a.steps_done, f"E={a.energy:.6g} it={rec['iterations']}"))
-    times["run"] = (time.perf_counter() - t0) * 1000.0
+        t0 = time.perf_counter()
+        use_viewer = config.viewer if viewer is None else viewer
+        if use_viewer:
+            from . import viewer as _viewer
+
+            _viewer.show(app, log=log)
+        else:
+            progress = Progress(config.steps, quiet=quiet)
+            progress.update(0, "")
+            step_ends.append(time.perf_counter())
+
+            def after_step(a, rec):
+                step_ends.append(time.perf_counter())
+                progress.update(a.steps_done, f"E={a.energy:.6g} it={rec['iterations']}")
+
+            app.run(after_step)
+        times["run"] = (time.perf_counter() - t0) * 1000.0
+    times["compile"] = loads.compile_s * 1000.0
+    if loads.compiled:
+        log(loads.describe())
 
     failure = None
     status = "not run"
@@ -916,7 +1031,6 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
                 failure = exc
 
     t0 = time.perf_counter()
-    out = output_folder(config)
     out.mkdir(parents=True, exist_ok=True)
     files = {}
     mesh_path = out / f"final.{config.mesh_format}"
@@ -933,11 +1047,13 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
         shot = out / "screenshot.png"
         ok, why = _viewer.screenshot(app, shot)
         if ok:
+            os.chmod(shot, new_file_mode())
             files["screenshot"] = shot
         else:
             messages.append(f"screenshot.png skipped: {why}")
     times["outputs"] = (time.perf_counter() - t0) * 1000.0
     metrics = build_metrics(app, times, status)
+    metrics["compile"] = _json_safe({**loads.summary(), **_step_times(step_ends)})
     write_metrics(out / "metrics.json", metrics)
     files["metrics"] = out / "metrics.json"
     for m in messages:
@@ -947,3 +1063,50 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
     if failure is not None:
         raise failure
     return RunReport(app, out, files, metrics, messages)
+
+
+@dataclass
+class WarmupReport:
+    """What :func:`warmup_app` did.
+
+    Attributes:
+        app: the app after its warm-up step.
+        loads: the module loads seen (:class:`~warp_meshad._src.module_loads.ModuleLoads`).
+        seconds: wall time of the warm-up (build and step).
+    """
+
+    app: App
+    loads: ModuleLoads
+    seconds: float
+
+
+def warmup_app(config: AppConfig, quiet: bool = False, log=None, iterations: int = 2) -> WarmupReport:
+    """Compile (or load from Warp's kernel cache) the kernels of a config's run ahead of time, writing nothing.
+
+    Builds the app at the config's size (its kernels' compile-time sizes, e.g. the GPU tile plans, depend on it; use
+    a ``test=True`` config for the small size) and takes one step capped at ``iterations`` solver iterations: the
+    kernels Warp builds on first use (each energy term in each evaluation mode the solver uses, the assembly, the
+    linear solver, the line search) are then compiled and cached. Kernels that a run first needs later (e.g. contact
+    terms before any contact) still compile when they are first used, with a message.
+
+    Args:
+        config: an app config (from :func:`load_config`).
+        quiet: no messages.
+        log: ``log(text)`` for messages; default: print to stderr unless quiet.
+        iterations: the solver iteration cap of the warm-up step (>= 1).
+
+    Returns:
+        :class:`WarmupReport`.
+    """
+    if log is None:
+        log = _stderr_log(quiet)
+    config = dataclasses.replace(config, steps=1, iterations=max(1, min(config.iterations, int(iterations))))
+    t0 = time.perf_counter()
+    with ModuleLoads(log=None if quiet else log) as loads:
+        app = app_class(config.app, config.source or "config")(config)
+        log(f"warming up {app.describe()}; one step of at most {config.iterations} solver iteration"
+            f"{'' if config.iterations == 1 else 's'}, no outputs")
+        app.step()
+    seconds = time.perf_counter() - t0
+    log(f"{loads.describe()}; warm-up took {seconds:.1f} s")
+    return WarmupReport(app, loads, seconds)

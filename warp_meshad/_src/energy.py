@@ -8,6 +8,8 @@ once:
 * float literals -> the problem's scalar type (a bare literal is float32 in Warp);
 * ``-a`` -> ``_wm_neg(a)``, ``a < b`` -> ``_wm_lt(a, b)`` (likewise ``<=, >, >=``),
   ``a[i]`` -> ``_wm_index(a, i)``, ``a[i, j]`` -> ``_wm_index2(a, i, j)`` (loads only);
+* in dual modes, ``a == b`` -> ``(_wm_le(a, b) and _wm_ge(a, b))`` and ``a != b`` -> its negation: duals compare
+  by value, as the plain mode's ``==`` does (NaN equals nothing, and differs from everything);
 * the variable arguments are annotated with the concrete plain or dual type;
 * ``wp.length(v)``, ``wp.sqrt(a)``, ``wp.determinant(m)``, ... (Warp builtins with an ``ad`` counterpart)
   -> the ``ad`` function, so energies may use either spelling;
@@ -47,10 +49,11 @@ _cache: dict = {}
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, helper_names, wrap_returns, warp_names=()):
+    def __init__(self, helper_names, wrap_returns, warp_names=(), equality=False):
         self.helper_names = helper_names
         self.warp_names = set(warp_names)
         self.wrap_returns = wrap_returns
+        self.equality = equality  # rewrite == and != (dual modes: Warp's builtins do not take duals)
         self.depth = 0
         self.calls: set[str] = set()
 
@@ -68,15 +71,23 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_Compare(self, node):
         self.generic_visit(node)
-        if not all(type(op) in _COMPARE for op in node.ops):
+        known = (*_COMPARE, ast.Eq, ast.NotEq) if self.equality else tuple(_COMPARE)
+        if not all(isinstance(op, known) for op in node.ops):
             return node
         operands = [node.left, *node.comparators]
-        calls = [
-            ast.Call(ast.Name(_COMPARE[type(op)], ast.Load()), [operands[i], operands[i + 1]], [])
-            for i, op in enumerate(node.ops)
-        ]
+        calls = [self._compare(op, operands[i], operands[i + 1]) for i, op in enumerate(node.ops)]
         out = calls[0] if len(calls) == 1 else ast.BoolOp(ast.And(), calls)
         return ast.copy_location(out, node)
+
+    @staticmethod
+    def _compare(op, a, b):
+        def call(name):
+            return ast.Call(ast.Name(name, ast.Load()), [a, b], [])
+
+        if isinstance(op, (ast.Eq, ast.NotEq)):
+            equal = ast.BoolOp(ast.And(), [call("_wm_le"), call("_wm_ge")])
+            return equal if isinstance(op, ast.Eq) else ast.UnaryOp(ast.Not(), equal)
+        return call(_COMPARE[type(op)])
 
     def visit_Subscript(self, node):
         self.generic_visit(node)
@@ -192,7 +203,7 @@ def _helper(fn_obj: wp.Function, ns, module, stack, scalar):
 def _compile(fdef, scope, ns, module, orig, arg_types, stack, cache_key, scalar):
     helpers = {n for n, v in scope.items() if _is_user_function(v)}
     warp_names = [n for n, v in scope.items() if v is wp]
-    rw = _Rewriter(helpers, wrap_returns=arg_types is not None, warp_names=warp_names)
+    rw = _Rewriter(helpers, wrap_returns=arg_types is not None, warp_names=warp_names, equality=hasattr(ns, "Dual"))
     fdef = rw.visit(fdef)
     glb = _namespace_globals(scope, ns, scalar)
     for name in rw.calls:

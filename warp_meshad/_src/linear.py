@@ -20,7 +20,9 @@ Back-ends (pick one by name with :func:`make_linear_solver`):
   the numeric factorization and the solve.
 - ``"auto"``: cuDSS where it imports and works on a CUDA device, else CuPy, else Warp CG with block-Jacobi on a GPU;
   QDLDL on the CPU where it imports (SciPy when given ``symmetric=False`` or an ``ordering``), else SciPy.
-  ``solver.name`` says which was picked (logged once per device with :mod:`logging`).
+  ``solver.name`` says which was picked (logged once per device with :mod:`logging`) and
+  ``solver.cudss_skipped_reason`` why cuDSS was not (on a CUDA device also one ``warnings.warn`` per device and
+  reason: cuDSS was probed there and failed).
 
 The sparsity pattern of ``A`` is identified by its ``offsets``/``columns`` array objects, their addresses, the block
 count and the shape: a matrix whose pattern is rebuilt *in place* in the same arrays must be announced with
@@ -33,6 +35,7 @@ import inspect
 import logging
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -296,9 +299,14 @@ class LinearSolver:
 
     Attributes:
         name: back-end name (``"scipy"``, ``"qdldl"``, ``"cg"``, ``"cupy"``, ``"cudss"``).
+        cudss_skipped_reason: set by ``make_linear_solver("auto")`` when it picked another back-end than cuDSS: why
+            (e.g. ``"the device is the CPU ..."``, or the error of the cuDSS probe on a CUDA device: nvmath-python
+            not importable, a failed solve in the system's scalar type). None when cuDSS was picked or the back-end
+            was named.
     """
 
     name: str = "base"
+    cudss_skipped_reason: str | None = None
 
     def __init__(self, compute_residual: bool = True):
         self.compute_residual = bool(compute_residual)
@@ -866,29 +874,40 @@ class CudssSolver(_GpuCsrSolver):
 # ----------------------------------------------------------------------------------------------------------------------
 
 _BACKENDS = {"scipy": ScipySolver, "qdldl": QdldlSolver, "cg": CGSolver, "cupy": CupySolver, "cudss": CudssSolver}
-_probe_cache: dict[tuple[str, str], bool] = {}
+_probe_cache: dict[tuple[str, str, str], tuple[bool, str]] = {}
 _logged_auto: set[tuple[str, str]] = set()
+_warned_auto: set[tuple[str, str]] = set()
 
 
-def _probe(name: str, device) -> bool:
-    """True if back-end ``name`` imports and solves a 2x2 SPD system on ``device`` (cached per device)."""
-    key = (name, str(device))
+def _probe(name: str, device, dtype=wp.float64) -> tuple[bool, str]:
+    """Whether back-end ``name`` imports and solves a 2x2 SPD system of ``dtype`` on ``device``, and if not, why.
+
+    Cached per back-end, device and dtype. Returns ``(True, "")`` or ``(False, reason)``.
+    """
+    key = (name, str(device), _type_name(dtype))
     if key not in _probe_cache:
-        ok = False
         try:
             solver = _BACKENDS[name]()
             rows = wp.array([0, 0, 1, 1], dtype=int, device=device)
             cols = wp.array([0, 1, 0, 1], dtype=int, device=device)
-            vals = wp.array([4.0, 1.0, 1.0, 3.0], dtype=wp.float64, device=device)
+            vals = wp.array([4.0, 1.0, 1.0, 3.0], dtype=dtype, device=device)
             A = wps.bsr_from_triplets(2, 2, rows, cols, vals)
-            b = wp.array([1.0, 2.0], dtype=wp.float64, device=device)
-            x = wp.zeros(2, dtype=wp.float64, device=device)
+            b = wp.array([1.0, 2.0], dtype=dtype, device=device)
+            x = wp.zeros(2, dtype=dtype, device=device)
             solver.solve(A, b, x)
-            ok = bool(np.allclose(x.numpy(), [1.0 / 11.0, 7.0 / 11.0], atol=1e-8))
-        except Exception as exc:  # any failure means "does not work here"
-            _logger.debug("linear back-end %r unusable on %s: %s", name, device, exc)
-            ok = False
-        _probe_cache[key] = ok
+            atol = 1e-8 if dtype == wp.float64 else 1e-5
+            got = x.numpy()
+            if np.allclose(got, [1.0 / 11.0, 7.0 / 11.0], atol=atol):
+                result = (True, "")
+            else:
+                result = (False, f"its {_type_name(dtype)} test solve returned {got.tolist()}, not [1/11, 7/11]")
+        except ImportError as exc:
+            result = (False, f"not importable: {exc}")
+        except Exception as exc:  # any other failure also means "does not work here"
+            result = (False, f"its {_type_name(dtype)} test solve failed: {type(exc).__name__}: {exc}")
+        if not result[0]:
+            _logger.debug("linear back-end %r unusable on %s: %s", name, device, result[1])
+        _probe_cache[key] = result
     return _probe_cache[key]
 
 
@@ -897,23 +916,27 @@ def _filter_options(cls, options: dict) -> dict:
     return {k: v for k, v in options.items() if k in accepted}
 
 
-def make_linear_solver(name: str = "auto", *, device=None, **options) -> LinearSolver:
+def make_linear_solver(name: str = "auto", *, device=None, dtype=None, **options) -> LinearSolver:
     """Create a linear back-end by name.
 
     Args:
         name: one of :data:`LINEAR_SOLVER_NAMES`: ``"auto"``, ``"scipy"``, ``"qdldl"``, ``"cg"``, ``"cupy"``,
             ``"cudss"``.
         device: device the systems will live on (only used by ``"auto"``); default ``wp.get_device()``.
+        dtype: scalar type of the systems, ``wp.float32`` or ``wp.float64`` (default); ``"auto"`` probes the GPU
+            back-ends with a system of this type.
         **options: keyword options of the chosen back-end class (:class:`ScipySolver`, :class:`QdldlSolver`,
             :class:`CGSolver`,
             :class:`CupySolver`, :class:`CudssSolver`). With ``"auto"``, each option goes to the picked back-end only if
             that back-end accepts it; an option that no back-end accepts is an error.
 
     Returns:
-        The back-end instance; ``solver.name`` says which one (for ``"auto"``, the one picked).
+        The back-end instance; ``solver.name`` says which one (for ``"auto"``, the one picked, and
+        ``solver.cudss_skipped_reason`` why it is not cuDSS; on a CUDA device that reason is also warned once per
+        device and reason with ``warnings.warn``).
 
     Raises:
-        ValueError: unknown ``name`` (the message lists the valid ones).
+        ValueError: unknown ``name`` (the message lists the valid ones), or a ``dtype`` other than float32/float64.
         TypeError: an option the back-end does not accept.
         ImportError: an optional package is missing (the message names the pip extra to install).
     """
@@ -923,6 +946,9 @@ def make_linear_solver(name: str = "auto", *, device=None, **options) -> LinearS
         return name
     if name not in LINEAR_SOLVER_NAMES:
         raise ValueError(f"unknown linear solver {name!r}; expected one of {LINEAR_SOLVER_NAMES}")
+    dtype = wp.float64 if dtype is None else dtype
+    if dtype not in (wp.float32, wp.float64):
+        raise ValueError(f"dtype: expected wp.float32 or wp.float64, got {_type_name(dtype)}")
     if name != "auto":
         cls = _BACKENDS[name]
         unknown = set(options) - (set(inspect.signature(cls.__init__).parameters) - {"self"})
@@ -937,17 +963,34 @@ def make_linear_solver(name: str = "auto", *, device=None, **options) -> LinearS
     if unknown:
         raise TypeError(f"'auto' linear solver: unknown options {sorted(unknown)}")
 
-    device = wp.get_device(device)
+    picked, skipped = _pick_auto(wp.get_device(device), dtype, options)
+    cls = _BACKENDS[picked]
+    solver = cls(**_filter_options(cls, options))
+    solver.cudss_skipped_reason = skipped
+    return solver
+
+
+def _pick_auto(device, dtype, options: dict) -> tuple[str, str | None]:
+    """The back-end ``"auto"`` picks on ``device`` and why it is not cuDSS (None when it is); on a CUDA device that
+    reason is warned once per device and reason."""
     if device.is_cuda:
-        candidates = ["cudss", "cupy"]
-        picked = next((c for c in candidates if _probe(c, device)), "cg")
+        ok, why = _probe("cudss", device, dtype)
+        if ok:
+            picked, skipped = "cudss", None
+        else:
+            picked = "cupy" if _probe("cupy", device, dtype)[0] else "cg"
+            skipped = f"cuDSS {why}"
+            if (str(device), skipped) not in _warned_auto:
+                _warned_auto.add((str(device), skipped))
+                warnings.warn(f"linear_solver='auto' on {device}: cuDSS is not used ({skipped}); using {picked!r}",
+                              stacklevel=3)
     else:
         # SuperLU's own options (an unsymmetric matrix, an ordering) ask for SuperLU
         superlu = options.get("symmetric", True) is False or "ordering" in options
-        picked = "qdldl" if not superlu and _probe("qdldl", device) else "scipy"
+        picked = "qdldl" if not superlu and _probe("qdldl", device, dtype)[0] else "scipy"
+        skipped = f"the device is the CPU ({device}); cuDSS runs on CUDA devices only"
     key = (str(device), picked)
     if key not in _logged_auto:
         _logged_auto.add(key)
         _logger.info("linear solver 'auto' picked %r on %s", picked, device)
-    cls = _BACKENDS[picked]
-    return cls(**_filter_options(cls, options))
+    return picked, skipped

@@ -33,6 +33,14 @@ _PACKED_SORT_BITS = 63  # edge keys and half-edge ids packed into one int64 when
 _DEGENERATE_RTOL = 1e-12  # a face is degenerate when |(x1-x0) x (x2-x0)| <= rtol * (longest edge)^2
 
 
+
+def new_file_mode() -> int:
+    """The permissions ``open(path, "w")`` gives a new file: ``0o666`` less the process umask."""
+    mask = os.umask(0o022)  # reading the umask means setting it: put it back at once
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 class MeshError(ValueError):
     """Invalid mesh input.
 
@@ -419,6 +427,7 @@ class TriMesh:
         try:
             with os.fdopen(fd, "wb") as out:
                 _WRITERS[ext](out, self._vertices, self._faces, uv)
+            os.chmod(tmp, new_file_mode())  # mkstemp creates 0600
             os.replace(tmp, p)
         except BaseException:
             if os.path.exists(tmp):

@@ -421,6 +421,10 @@ class Problem:
             if hit is None:
                 suffix = ("_det" if det else "") + ("_unrolled" if unrolled else "") + ("_tiled" if tile_cap else "")
                 module = self._module(term, mode + suffix)
+                from .module_loads import describe_module
+
+                extras = [w for w, on in (("deterministic", det), ("unrolled", unrolled), ("tiled", tile_cap)) if on]
+                describe_module(module.name, ", ".join([f"term '{term.label}': {mode}", *extras, self.dtype.__name__]))
                 fn, ns = self._instance(term, mode, module)
                 kern = make_kernel(
                     term.spec, mode, fn, ns, term.data_type, term.label, det, unrolled, tile_cap, row_cap, **tiling

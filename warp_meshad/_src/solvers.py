@@ -14,6 +14,10 @@ are zeroed and the Newton system gets symmetric Dirichlet rows), and stop on the
 Newton decrement ``0.5 |d . g|`` < tolerance (Newton-type solvers, as TinyAD), relative energy change <=
 ``energy_tolerance``, ``max_iterations``, a failed line search, or non-finite derivatives.
 
+Where a direction cannot be used (it is not a descent direction, the linear solve failed, Newton-CG met negative
+curvature before any step) the iteration steps along ``-g`` instead, as TinyAD does. Such steepest-descent fallbacks
+and linear solves stopped at their iteration cap are counted in the :class:`SolveResult`, never hidden.
+
 The problem's returned gradient/Hessian/product buffers are overwritten by its next evaluation, so every driver copies
 what it keeps into its own preallocated arrays.
 """
@@ -56,13 +60,26 @@ class SolveResult:
         newton_decrements: ``0.5 |d . g|`` per iteration (Newton-type solvers; empty for L-BFGS / GD).
         converged: True when a convergence test (gradient, decrement, energy change) stopped the solve.
         reason: why it stopped: ``"gradient_norm"``, ``"newton_decrement"``, ``"energy_change"``, ``"max_iterations"``,
-            ``"line_search_failed"``, ``"non_finite_energy"``, ``"non_finite_gradient"``, ``"non_finite_hessian"``,
-            ``"linear_solve_failed"``, ``"callback"``.
+            ``"line_search_failed"``, ``"non_finite_energy"``, ``"non_finite_gradient"``, ``"callback"``.
         time_ms: milliseconds per phase: ``derivatives``, ``linear_solve``, ``line_search``, ``total``.
         step_sizes: accepted line-search step per iteration.
         line_search_tries: energy evaluations of the line search per iteration.
-        linear_iterations: iterations reported by the linear solver per iteration (CG iterations; 1 for direct).
+        linear_iterations: iterations reported by the linear solver per iteration (CG iterations; 1 for direct; 0
+            for a solve that failed).
         linear_solver: name of the linear back-end used, or None.
+        steepest_descent_fallbacks: iterations that stepped along ``-g`` because the solver's own direction could
+            not be used (Newton-type solvers and L-BFGS; 0 for gradient descent, whose direction is ``-g``).
+        fallback_reasons: those fallbacks counted by cause: ``"not_descent_direction"`` (``d . g >= 0`` or not
+            finite: an indefinite Hessian without projection, a bad L-BFGS pair), ``"linear_solve_failed"`` (the
+            back-end raised :class:`~warp_meshad._src.linear.LinearSolveError`: singular or non-finite matrix; or
+            Newton-CG's Hessian-vector product was not finite), ``"negative_curvature"`` (Newton-CG's first CG
+            direction had ``p . H p <= 0``).
+        linear_converged: per iteration of a Newton-type solver, whether its linear solve met its tolerance (False
+            for an iterative solve stopped at its iteration cap, and for a failed solve).
+        linear_solves_capped: linear solves (CG: the back-end's or Newton-CG's inner CG) that stopped at their
+            iteration cap above their tolerance; their inexact direction is still used when it descends.
+        cudss_skipped_reason: the linear back-end's ``cudss_skipped_reason``: why ``linear_solver="auto"`` did not
+            pick cuDSS (None when it did, or when the back-end was named).
     """
 
     x: wp.array
@@ -77,6 +94,21 @@ class SolveResult:
     line_search_tries: list = field(default_factory=list)
     linear_iterations: list = field(default_factory=list)
     linear_solver: str | None = None
+    steepest_descent_fallbacks: int = 0
+    fallback_reasons: dict = field(default_factory=dict)
+    linear_converged: list = field(default_factory=list)
+    linear_solves_capped: int = 0
+    cudss_skipped_reason: str | None = None
+
+    def _fall_back(self, why: str) -> None:
+        self.steepest_descent_fallbacks += 1
+        self.fallback_reasons[why] = self.fallback_reasons.get(why, 0) + 1
+
+    def _linear_solve(self, iterations: int, converged: bool, failed: bool = False) -> None:
+        self.linear_iterations.append(int(iterations))
+        self.linear_converged.append(bool(converged) and not failed)
+        if not converged and not failed:
+            self.linear_solves_capped += 1
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -100,6 +132,11 @@ def _lincomb(a: wp.array(dtype=Any), sa: Any, b: wp.array(dtype=Any), sb: Any, o
 
 def _scalar_of(arr: wp.array):
     return getattr(arr.dtype, "_wp_scalar_type_", arr.dtype)
+
+
+def _scalar_type(problem):
+    vt = problem.variable_type
+    return getattr(problem, "dtype", None) or getattr(vt, "_wp_scalar_type_", vt)
 
 
 def _scale_into(out: wp.array, s: float, a: wp.array) -> wp.array:
@@ -273,7 +310,9 @@ class _Driver:
         xk = self._buf("x")
         wp.copy(xk, x)
         result = SolveResult(x=xk)
-        result.linear_solver = getattr(getattr(self, "linear_solver", None), "name", None)
+        backend = getattr(self, "linear_solver", None)
+        result.linear_solver = getattr(backend, "name", None)
+        result.cudss_skipped_reason = getattr(backend, "cudss_skipped_reason", None)
         times = result.time_ms
         self._start(xk)
 
@@ -313,18 +352,20 @@ class _Driver:
 
             t0 = _now()
             try:
-                direction_ok = self._direction(xk, g, result)
+                fallback = self._direction(xk, g, result)
             except LinearSolveError:
-                times["linear_solve"] += (_now() - t0) * 1000.0
-                result.reason = "linear_solve_failed"
-                break
+                fallback = "linear_solve_failed"
             times["linear_solve"] += (_now() - t0) * 1000.0
             d = self._buf("d")
-            dd = _dot(g, d)
-            if not direction_ok or not math.isfinite(dd) or dd >= 0.0:
-                # not a descent direction (indefinite Hessian, bad curvature pair): fall back to steepest descent
+            if fallback is None:
+                dd = _dot(g, d)
+                if not math.isfinite(dd) or dd >= 0.0:  # indefinite Hessian, bad curvature pair, NaN solution
+                    fallback = "not_descent_direction"
+            if fallback is not None:
+                # the direction cannot be used: steepest descent this iteration, counted in the result
                 _scale_into(d, -1.0, g)
                 dd = -gnorm * gnorm
+                result._fall_back(fallback)
                 self._on_fallback()
             if self.uses_newton_decrement:
                 decrement = 0.5 * abs(dd)
@@ -381,7 +422,9 @@ class _Driver:
         f, g = self.problem.eval_with_gradient(x)
         return f, self._keep_gradient(g)
 
-    def _direction(self, x: wp.array, g: wp.array, result: SolveResult) -> bool:
+    def _direction(self, x: wp.array, g: wp.array, result: SolveResult) -> str | None:
+        """Write the search direction into the ``"d"`` buffer; return None, or why ``-g`` must be used instead (a
+        ``fallback_reasons`` key). May raise LinearSolveError (counted as ``"linear_solve_failed"``)."""
         raise NotImplementedError
 
     def _accepted(self, x_old: wp.array, x_new: wp.array, alpha: float) -> None:
@@ -416,7 +459,8 @@ class NewtonSolver(_Driver):
 
     Each iteration assembles ``H`` (per-element PSD projection when ``project_hessian``), pins ``fixed`` variables
     symmetrically, solves ``H d = -g`` with the linear back-end and backtracks along ``d``. A direction that is not a
-    descent direction (possible without projection) is replaced by ``-g``.
+    descent direction (possible without projection), or a failed linear solve, is replaced by ``-g`` and counted in
+    ``SolveResult.steepest_descent_fallbacks``; CG solves stopped at their cap count in ``linear_solves_capped``.
 
     Args:
         problem: a :class:`warp_meshad.Problem`.
@@ -452,7 +496,8 @@ class NewtonSolver(_Driver):
         self.project_hessian = bool(project_hessian)
         self.projection = projection
         self.projection_eps = float(projection_eps)
-        self.linear_solver = make_linear_solver(linear_solver, device=problem.device, **(linear_solver_options or {}))
+        self.linear_solver = make_linear_solver(linear_solver, device=problem.device, dtype=_scalar_type(problem),
+                                                **(linear_solver_options or {}))
         self._H = None
 
     def _hessian(self, x):
@@ -476,9 +521,13 @@ class NewtonSolver(_Driver):
             apply_dirichlet(H, rhs, self.fixed_mask)
         d = self._buf("d")
         d.zero_()
-        info = self.linear_solver.solve(H, rhs, d)
-        result.linear_iterations.append(info.iterations)
-        return True
+        try:
+            info = self.linear_solver.solve(H, rhs, d)
+        except LinearSolveError:
+            result._linear_solve(0, False, failed=True)
+            return "linear_solve_failed"
+        result._linear_solve(info.iterations, info.converged)
+        return None
 
     def _buf_rhs(self):
         self._alloc("rhs")
@@ -543,14 +592,15 @@ class GaussNewtonSolver(NewtonSolver):
 class NewtonCGSolver(_Driver):
     """Matrix-free truncated Newton: CG on ``problem.hessian_vector_product``, nothing assembled.
 
-    The inner CG stops at relative residual ``min(0.5, sqrt(||g||)) ``(Eisenstat-Walker forcing), at ``cg_maxiter``, or
-    at the first direction of non-positive curvature (then it returns the last iterate, or ``-g`` on the first
-    iteration). Pinned variables are projected out of every CG vector.
+    The inner CG stops at relative residual ``min(forcing, sqrt(||g||)) ``(Eisenstat-Walker forcing), at
+    ``cg_maxiter`` (counted in ``SolveResult.linear_solves_capped``), or at the first direction of non-positive
+    curvature (then it returns the last iterate, or ``-g`` on the first iteration: counted as a
+    ``"negative_curvature"`` steepest-descent fallback). Pinned variables are projected out of every CG vector.
 
     Args:
         problem: a :class:`warp_meshad.Problem`.
         fixed: indices of pinned variables, or None.
-        cg_maxiter: inner CG iteration cap (None: ``min(scalar unknowns, 1000)``).
+        cg_maxiter: inner CG iteration cap (>= 1; None: ``min(scalar unknowns, 1000)``).
         forcing: cap of the relative residual tolerance of the inner CG (0.5).
         step_bound_fn, shrink, max_line_search_tries, armijo_c: as :class:`NewtonSolver`.
     """
@@ -573,6 +623,8 @@ class NewtonCGSolver(_Driver):
             raise TypeError("NewtonCGSolver: the problem has no hessian_vector_product(x, v)")
         if not 0.0 < forcing < 1.0:
             raise ValueError(f"forcing: expected a value in (0, 1), got {forcing}")
+        if cg_maxiter is not None and int(cg_maxiter) < 1:
+            raise ValueError(f"cg_maxiter: expected an int >= 1 or None, got {cg_maxiter}")
         scalars = problem.variable_count * max(1, getattr(problem, "variable_dim", 1))
         self.cg_maxiter = int(cg_maxiter) if cg_maxiter is not None else min(scalars, 1000)
         self.forcing = float(forcing)
@@ -593,26 +645,27 @@ class NewtonCGSolver(_Driver):
         rr = _dot(r, r)
         gnorm = math.sqrt(rr)
         tol = min(self.forcing, math.sqrt(gnorm)) * gnorm
-        iterations = 0
+        iterations, stopped = 0, False  # stopped: at the tolerance or at non-positive curvature (not at the cap)
         for iterations in range(1, self.cg_maxiter + 1):
             self._hvp(x, p, hp)
             curvature = _dot(p, hp)
             if not math.isfinite(curvature):
-                raise LinearSolveError("Newton-CG: non-finite Hessian-vector product")
+                result._linear_solve(iterations, False, failed=True)
+                return "linear_solve_failed"
             if curvature <= 0.0:
-                if iterations == 1:
-                    _scale_into(d, -1.0, g)
-                break
+                result._linear_solve(iterations, True)
+                return "negative_curvature" if iterations == 1 else None
             alpha = rr / curvature
             axpy_into(d, d, alpha, p)
             axpy_into(r, r, -alpha, hp)
             rr_new = _dot(r, r)
             if math.sqrt(rr_new) <= tol:
+                stopped = True
                 break
             _lincomb_into(p, 1.0, r, rr_new / rr, p)
             rr = rr_new
-        result.linear_iterations.append(iterations)
-        return True
+        result._linear_solve(iterations, stopped)
+        return None
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -686,7 +739,7 @@ class LBFGSSolver(_Driver):
         self._g_prev = self._buf("g_prev")
         if not self._pairs:
             _scale_into(d, -self.initial_step / max(_norm(g), 1e-300), g)
-            return True
+            return None
         # two-loop recursion on q = -g, result in d
         _scale_into(d, -1.0, g)
         alphas = []
@@ -699,7 +752,7 @@ class LBFGSSolver(_Driver):
         for (slot, rho, _), a in zip(self._pairs, reversed(alphas)):
             b = rho * _dot(self._y[slot], d)
             axpy_into(d, d, a - b, self._s[slot])
-        return True
+        return None
 
     def _accepted(self, x_old, x_new, alpha):
         slot = self._next_slot
@@ -738,7 +791,7 @@ class GradientDescentSolver(_Driver):
 
     def _direction(self, x, g, result):
         _scale_into(self._buf("d"), -1.0, g)
-        return True
+        return None
 
     def _max_step(self) -> float:
         return self.step

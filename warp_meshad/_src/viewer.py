@@ -6,8 +6,9 @@
   process (``python -m warp_meshad._src.viewer SCENE.npz OUT.png``) so that a broken GL driver cannot take the run
   down with it, and reports why it was skipped where EGL or Polyscope is missing.
 
-Polyscope is the optional ``viewer`` extra (``pip install 'warp-meshad[viewer]'``), imported only here and only when
-used.
+Polyscope is optional (in the ``apps`` and ``viewer`` extras: ``pip install 'warp-meshad[apps]'``), imported only here
+and only when used. Headless rendering also needs EGL (Mesa's ``libegl1 libegl-mesa0`` on Debian/Ubuntu); where it is
+missing, the screenshot is skipped with that reason.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import numpy as np
 __all__ = ["ViewerController", "ViewerError", "screenshot", "show"]
 
 MESH_NAME = "mesh"
+_NO_EGL = 3  # exit status of the rendering child when Polyscope cannot initialize EGL
+_EGL_HINT = ("install Mesa's EGL (Debian/Ubuntu: apt-get install libegl1 libegl-mesa0), or set screenshot: false "
+             "(--set screenshot=false)")
 _VECTOR_KINDS = {"vertex_vectors": "vertices", "face_vectors": "faces"}
 
 
@@ -36,8 +40,8 @@ def import_polyscope():
         import polyscope as ps
         import polyscope.imgui as psim
     except ImportError:
-        raise ImportError("the viewer needs polyscope: pip install 'warp-meshad[viewer]' (or pip install polyscope)") \
-            from None
+        raise ImportError("the viewer needs polyscope: pip install 'warp-meshad[apps]' (or 'warp-meshad[viewer]', or "
+                          "pip install polyscope)") from None
     return ps, psim
 
 
@@ -193,7 +197,7 @@ def screenshot(app, path, timeout_s: float = 120.0) -> tuple[bool, str]:
     try:
         import polyscope  # noqa: F401
     except ImportError:
-        return False, "polyscope is not installed (pip install 'warp-meshad[viewer]')"
+        return False, "polyscope is not installed (pip install 'warp-meshad[apps]' or pip install polyscope)"
     path = pathlib.Path(path)
     fd, scene = tempfile.mkstemp(prefix=".scene.", suffix=".npz", dir=path.parent)
     os.close(fd)
@@ -217,10 +221,13 @@ def screenshot(app, path, timeout_s: float = 120.0) -> tuple[bool, str]:
         except subprocess.TimeoutExpired:
             return False, f"rendering took more than {timeout_s:.0f} s"
         if proc.returncode != 0 or not tmp.is_file():
-            lines = [ln for ln in (proc.stderr + proc.stdout).strip().splitlines() if ln.strip()]
+            lines = [ln.strip() for ln in (proc.stderr + proc.stdout).strip().splitlines() if ln.strip()]
             if tmp.exists():
                 tmp.unlink()
-            return False, f"headless rendering unavailable (EGL): {lines[-1] if lines else f'exit {proc.returncode}'}"
+            if proc.returncode == _NO_EGL:
+                return False, f"headless rendering unavailable: {lines[-1] if lines else 'no EGL'}; {_EGL_HINT}"
+            return False, (f"headless rendering failed (Polyscope + EGL, exit status {proc.returncode}): "
+                           f"{lines[-1] if lines else 'no message'}")
         os.replace(tmp, path)
         return True, ""
     finally:
@@ -236,7 +243,12 @@ def _render_scene_file(scene_path: str, png_path: str) -> None:
     ps.set_program_name("warp-meshad")
     ps.set_verbosity(0)
     ps.set_use_prefs_file(False)
-    ps.init("openGL3_egl")
+    try:
+        ps.init("openGL3_egl")
+    except RuntimeError as exc:
+        print(f"Polyscope could not initialize EGL ({str(exc).replace('[polyscope]', '').strip()})", file=sys.stderr,
+              flush=True)
+        os._exit(_NO_EGL)  # not sys.exit: Polyscope's exit handler would add a second, misleading error
     ps.set_ground_plane_mode("shadow_only")
     quantities = {
         str(n): (str(k), data[f"q{i}"]) for i, (n, k) in enumerate(zip(data["quantity_names"], data["quantity_kinds"]))
