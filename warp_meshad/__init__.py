@@ -20,6 +20,7 @@ if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isfile(
 
 from ._src.convert import to_cupy, to_scipy  # noqa: E402
 from ._src.mesh import MeshError, TriMesh  # noqa: E402
+from ._src.tetmesh import TetMesh  # noqa: E402
 from ._src.linear import LinearSolveInfo, make_linear_solver  # noqa: E402
 from ._src.locality import locality_order  # noqa: E402
 from ._src.problem import Problem  # noqa: E402
@@ -45,6 +46,7 @@ __all__ = [
     "NewtonSolver",
     "Problem",
     "SolveResult",
+    "TetMesh",
     "TriMesh",
     "locality_order",
     "make_linear_solver",

@@ -8,6 +8,8 @@ invariants.
 - :func:`symmetric_dirichlet` (faces, uv variables): A_f (|J|_F^2 + |J^-1|_F^2), +inf if flipped.
 - :func:`dirichlet` / :func:`weighted_dirichlet` (edges): w_e/2 |x_a - x_b|^2.
 - :func:`surface_area` (faces, 3D): 1/2 |(x_1 - x_0) x (x_2 - x_0)|.
+- :func:`stable_neo_hookean` (tets): V_t (mu/2 (I_C - 3) - mu (J - 1) + lam/2 (J - 1)^2), finite when inverted.
+- :func:`arap_tet` (tets): mu V_t |F - R(F)|^2, R(F) the closest rotation (no stored rotations).
 """
 
 from .dirichlet import DirichletData, dirichlet, weighted_dirichlet
@@ -77,3 +79,8 @@ __all__ += [
     "sphere_embedding",
     "sphere_retract",
 ]
+
+from .arap_tet import ArapTetData, arap_tet  # noqa: E402
+from .stable_neo_hookean import StableNeoHookeanData, stable_neo_hookean, stable_neo_hookean_lame  # noqa: E402
+
+__all__ += ["ArapTetData", "StableNeoHookeanData", "arap_tet", "stable_neo_hookean", "stable_neo_hookean_lame"]
