@@ -331,6 +331,8 @@ TINY = {"1.0e-300" if dtype == "float64" else "1.0e-30"}  # floor of a failed Ch
         M, mt = mat_names[n], f"_mat{n}{n}"
         comps = ", ".join(f"const(x[{i}, {j}])" for i in range(n) for j in range(n))
         out.func(f"def const(x: {mt}):\n    return {M}({comps})")
+        comps = ", ".join(f"variable(x[{i}, {j}], offset + {i * n + j})" for i in range(n) for j in range(n))
+        out.func(f"def seed(x: {mt}, offset: int):\n    return {M}({comps})")  # row-major (parameters)
         out.func(f"def const(x: {M}):\n    return x")
         comps = ", ".join(f"a.m{i}{j}.v" for i in range(n) for j in range(n))
         out.func(f"def value(a: {M}):\n    return {mt}({comps})")

@@ -312,19 +312,55 @@ def test_input_validation_messages(device):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# GPU (run on a CUDA host; skipped here)
+# GPU (need a CUDA device whatever the test device; skipped, saying so, without one)
 # ----------------------------------------------------------------------------------------------------------------------
 
-
-def _gpu_backend_available(name):
-    if not HAS_GPU:
-        return False
-    mod = {"cupy": "cupy", "cudss": "nvmath"}.get(name)
-    return mod is None or importlib.util.find_spec(mod) is not None
+_NEEDS = {"cupy": ("cupy", "the cupy back-end needs CuPy"),
+          "cudss": ("nvmath", "the cudss back-end needs nvmath-python (pip install warp-meshad[cudss])")}
 
 
-@gpu
-@needs_gpu
+def _require_backend(name):
+    if name in _NEEDS:
+        pytest.importorskip(_NEEDS[name][0], reason=_NEEDS[name][1])
+
+
+@pytest.mark.parametrize("name", ["scipy", "qdldl", "cudss"])
+def test_resolve_reuses_the_last_factorization(device, name, monkeypatch):
+    """resolve() solves for another right-hand side with the factors of the last solve (SciPy, QDLDL, cuDSS keep
+    them): right answer, no factorization; after new values and a solve, the new factors."""
+    if name == "cudss":
+        if not device.startswith("cuda"):
+            pytest.skip("cuDSS runs on a CUDA device (the test device is the CPU)")
+        _require_backend(name)
+    A, dense, b_np, b, x = spd_system(n=30, bs=3, seed=4, device=device)
+    solver = make_linear_solver(name, device=device)
+    solver.solve(A, b, x)
+    b2_np = np.random.default_rng(5).standard_normal(b_np.size)
+    b2 = wp.array(b2_np.reshape(-1, 3), dtype=b.dtype, device=device)
+    if name == "scipy":
+        import scipy.sparse.linalg as spla
+
+        monkeypatch.setattr(spla, "splu", lambda *a, **k: pytest.fail("resolve refactored"))
+    elif name == "qdldl":
+        class NoUpdate:  # the kept factors; a refactorization would call update
+            def __init__(self, ldl):
+                self.solve = ldl.solve
+
+            def update(self, *a, **k):
+                pytest.fail("resolve refactored")
+
+        monkeypatch.setattr(solver, "_ldl", NoUpdate(solver._ldl))
+    info = solver.resolve(A, b2, x)
+    np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b2_np), rtol=1e-8, atol=1e-9)
+    assert info.factor_ms == 0.0
+    monkeypatch.undo()
+    _scale_values(A, 2.0)
+    solver.solve(A, b, x)
+    solver.resolve(A, b2, x)
+    np.testing.assert_allclose(_flat(x), np.linalg.solve(2.0 * dense, b2_np), rtol=1e-8, atol=1e-9)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["cg", "cupy", "cudss", "scipy"])
 @pytest.mark.parametrize("bs", [1, 3])
 def test_gpu_backends_match_numpy(name, bs):

@@ -23,6 +23,7 @@ from ._src.mesh import MeshError, TriMesh  # noqa: E402
 from ._src.tetmesh import TetMesh  # noqa: E402
 from ._src.linear import LinearSolveInfo, make_linear_solver  # noqa: E402
 from ._src.locality import locality_order  # noqa: E402
+from ._src.parameters import implicit_gradient  # noqa: E402
 from ._src.problem import Problem  # noqa: E402
 from ._src.solvers import (  # noqa: E402
     GaussNewtonSolver,
@@ -49,6 +50,7 @@ __all__ = [
     "TetMesh",
     "TriMesh",
     "locality_order",
+    "implicit_gradient",
     "make_linear_solver",
     "to_cupy",
     "to_scipy",

@@ -56,6 +56,49 @@ class _Rewriter(ast.NodeTransformer):
         self.equality = equality  # rewrite == and != (dual modes: Warp's builtins do not take duals)
         self.depth = 0
         self.calls: set[str] = set()
+        self.params = None  # see _ParameterReads
+
+    def _param_read(self, node):
+        """``data.f[e]`` / ``data.f`` of a parameter field -> ``_wm_seed(..., offset)`` (None where not one)."""
+        pr = self.params
+        if pr is None:
+            return None
+        if isinstance(node, ast.Subscript):
+            att = node.value
+            if not (isinstance(att, ast.Attribute) and isinstance(att.value, ast.Name) and att.value.id == pr.data
+                    and att.attr in pr.fields):  # fmt: skip
+                return None
+            offset, per_element = pr.fields[att.attr]
+            if not per_element:
+                return None  # a component of a shared field: the Attribute below seeds the whole field
+            if not (isinstance(node.slice, ast.Name) and node.slice.id == pr.element):
+                pr.fail(node, f"the parameter field '{att.attr}' must be read as {pr.data}.{att.attr}[{pr.element}]")
+        elif isinstance(node, ast.Attribute):
+            if not (isinstance(node.value, ast.Name) and node.value.id == pr.data and node.attr in pr.fields):
+                return None
+            offset, per_element = pr.fields[node.attr]
+            if per_element:
+                pr.fail(node, f"the parameter field '{node.attr}' must be read as {pr.data}.{node.attr}[{pr.element}]")
+        else:
+            return None
+        if not isinstance(node.ctx, ast.Load):
+            pr.fail(node, "parameter fields are read only")
+        return ast.copy_location(ast.Call(ast.Name("_wm_seed", ast.Load()), [node, ast.Constant(offset)], []), node)
+
+    def visit_Attribute(self, node):
+        out = self._param_read(node)
+        if out is not None:
+            return out
+        if self.params is not None and isinstance(node.value, ast.Name) and node.value.id == self.params.data:
+            return node  # another field of the data struct
+        self.generic_visit(node)
+        return node
+
+    def visit_Name(self, node):
+        if self.params is not None and node.id == self.params.data and isinstance(node.ctx, ast.Load):
+            self.params.fail(node, f"with parameters, the energy must read its data struct '{node.id}' field by field "
+                                   f"(a helper function given '{node.id}' would hide the parameter reads)")  # fmt: skip
+        return node
 
     def visit_Constant(self, node):
         # float literals take the problem's scalar type (a bare literal would be float32)
@@ -90,6 +133,9 @@ class _Rewriter(ast.NodeTransformer):
         return call(_COMPARE[type(op)])
 
     def visit_Subscript(self, node):
+        out = self._param_read(node)
+        if out is not None:
+            return out
         self.generic_visit(node)
         if not isinstance(node.ctx, ast.Load):
             return node
@@ -200,12 +246,31 @@ def _helper(fn_obj: wp.Function, ns, module, stack, scalar):
     return _compile(fdef, scope, ns, module, fn_obj.func, None, stack + [fn_obj], key, scalar)
 
 
-def _compile(fdef, scope, ns, module, orig, arg_types, stack, cache_key, scalar):
+class _ParameterReads:
+    """The parameter fields of a ``mixed``-mode instance: where each is seeded among the duals."""
+
+    def __init__(self, fdef, orig, fields: dict):
+        names = [a.arg for a in fdef.args.args]
+        self.element, self.data = names[0], names[-1]
+        self.fields = fields  # name -> (first dual entry, per element)
+        self.where = (inspect.getsourcefile(orig) or "<energy>", orig.__code__.co_firstlineno, orig.__name__)
+
+    def fail(self, node, why: str):
+        file, first, name = self.where
+        line = first + getattr(node, "lineno", 1) - 1
+        raise ValueError(f"{file}:{line}: energy {name!r}: {why}")
+
+
+def _compile(fdef, scope, ns, module, orig, arg_types, stack, cache_key, scalar, params=None):
     helpers = {n for n, v in scope.items() if _is_user_function(v)}
     warp_names = [n for n, v in scope.items() if v is wp]
     rw = _Rewriter(helpers, wrap_returns=arg_types is not None, warp_names=warp_names, equality=hasattr(ns, "Dual"))
+    if params:
+        rw.params = _ParameterReads(fdef, orig, params)
     fdef = rw.visit(fdef)
     glb = _namespace_globals(scope, ns, scalar)
+    if params:
+        glb["_wm_seed"] = ns.seed
     for name in rw.calls:
         glb[name] = _helper(scope[name], ns, module, stack, scalar)
     if arg_types is not None:
@@ -252,7 +317,7 @@ def describe_energy(energy, argument: str = "energy") -> EnergyInfo:
     return EnergyInfo(energy.func.__name__, list(spec.args))
 
 
-def instantiate(energy: wp.Function, ns, arg_types: list, module, scalar=wp.float64) -> wp.Function:
+def instantiate(energy: wp.Function, ns, arg_types: list, module, scalar=wp.float64, params: dict | None = None) -> wp.Function:
     """Concrete copy of ``energy`` for one evaluation mode.
 
     Args:
@@ -262,14 +327,18 @@ def instantiate(energy: wp.Function, ns, arg_types: list, module, scalar=wp.floa
             user's annotation.
         module: Warp module the instance (and any rewritten helpers) is registered in.
         scalar: the problem's scalar type: float literals in the energy are converted to it.
+        params: parameter fields of the data struct (the ``mixed`` mode): name -> (first dual entry, per element).
+            The energy's reads ``data.f[e]`` (per element) and ``data.f`` (shared) of these fields become duals
+            seeded from that entry on; any other use of a parameter field, or of the data struct as a whole, is
+            an error naming the energy's file and line.
 
     Returns:
         The Warp function to call from a generated kernel.
     """
-    key = (id(energy), id(ns), tuple(id(t) for t in arg_types), module.name, scalar.__name__)
+    key = (id(energy), id(ns), tuple(id(t) for t in arg_types), module.name, scalar.__name__, repr(params))
     hit = _cache.get(key)
     if hit is not None:
         return hit
     fdef, _ = _function_source(energy.func)
     scope = _scope(energy.func)
-    return _compile(fdef, scope, ns, module, energy.func, arg_types, [energy], key, scalar)
+    return _compile(fdef, scope, ns, module, energy.func, arg_types, [energy], key, scalar, params)

@@ -19,7 +19,7 @@ from warp_meshad.kernels._dualgen import _pi
 
 __all__ = ["KernelSpec", "make_kernel", "MODES"]
 
-MODES = ("probe", "energy", "gradient", "hessian", "hessian_proj", "hvp", "residual", "jacobian", "gauss_newton")
+MODES = ("probe", "energy", "gradient", "hessian", "hessian_proj", "hvp", "residual", "jacobian", "gauss_newton", "mixed")
 _XYZW = "xyzw"
 
 
@@ -32,17 +32,20 @@ class KernelSpec:
         scalar: ``wp.float32`` or ``wp.float64``.
         has_data: whether the energy takes a data struct.
         residual_dim: 0 for scalar energies; else the number of residual components (1..4).
+        param_count: parameter numbers per element (the ``mixed`` mode's duals have ``k + param_count``
+            entries: the element's variables, then its parameters).
     """
 
-    def __init__(self, valence: int, dim: int, scalar, has_data: bool, residual_dim: int = 0):
+    def __init__(self, valence: int, dim: int, scalar, has_data: bool, residual_dim: int = 0, param_count: int = 0):
         self.valence = valence
         self.dim = dim
         self.scalar = scalar
         self.has_data = has_data
         self.residual_dim = residual_dim
+        self.param_count = param_count
 
     def signature(self) -> tuple:
-        return (self.valence, self.dim, self.scalar.__name__, self.has_data, self.residual_dim)
+        return (self.valence, self.dim, self.scalar.__name__, self.has_data, self.residual_dim, self.param_count)
 
     @property
     def k(self) -> int:
@@ -190,6 +193,30 @@ def kernel_source(
                 else:
                     blk = "wp.matrix_from_rows(_VarT(" + ", ".join(f"g{c}[{a * d + i}]" for i in range(d)) + ")) * sw"
                 body.append(f"wp.atomic_add(jvals, jslots[e, {c * n + a}], {blk})")
+    elif mode == "mixed":
+        # derivatives in the element's parameters (read by the rewritten energy as duals seeded after the
+        # variables): dE/dtheta atomically added at the parameters' global indices ``pidx[e]``, and the mixed
+        # block d2E/dx dtheta of every (variable, parameter) pair to the element's own places of ``mixed``
+        p = spec.param_count
+        kk = k + p
+        args += [
+            "energy_out: wp.array(dtype=_S)",
+            "theta_grad: wp.array(dtype=_S)",
+            "pidx: wp.array2d(dtype=wp.int32)",
+            "mixed: wp.array(dtype=_MixT)",
+        ]
+        body.append(scatter_energy("weight * r.v"))
+        body.append("g = r.g * weight")
+        body.append("h = r.h * weight")
+        for j in range(p):
+            body.append(f"wp.atomic_add(theta_grad, pidx[e, {j}], g[{k + j}])")
+        for a in range(n):
+            for j in range(p):
+                if d == 1:
+                    val = f"h[{_pi(a, k + j, kk)}]"
+                else:
+                    val = "wp.matrix_from_cols(_VarT(" + ", ".join(f"h[{_pi(a * d + i, k + j, kk)}]" for i in range(d)) + "))"
+                body.append(f"mixed[e * {n * p} + {a * p + j}] = {val}")
     else:
         args.append("energy_out: wp.array(dtype=_S)")
         args.append("grad: wp.array(dtype=_VarT)")
@@ -388,6 +415,7 @@ def make_kernel(
         "_VarT": var_t,
         "_BlockT": block_t,
         "_JBlockT": jblock_t,
+        "_MixT": s if d == 1 else wp.types.matrix(shape=(d, 1), dtype=s),
         "_VecK": wp.types.vector(length=k, dtype=s),
         "_MatK": wp.types.matrix(shape=(k, k), dtype=s),
         "_D": ns,

@@ -336,6 +336,14 @@ class LinearSolver:
         """Forget the cached sparsity-pattern work (call after rebuilding A's pattern in place)."""
         self._pattern = None
 
+    def resolve(self, A: wps.BsrMatrix, b: wp.array, x: wp.array) -> LinearSolveInfo:
+        """Solve ``A x = b`` for another right-hand side with the factorization of the last :meth:`solve` (A's values
+        unchanged since): the direct back-ends keep their factors (SciPy, QDLDL, cuDSS); the others solve again.
+
+        Args and returns as :meth:`solve`.
+        """
+        return self.solve(A, b, x)
+
     def _residual(self, A, b, x) -> float:
         if not self.compute_residual:
             return float("nan")
@@ -373,6 +381,7 @@ class ScipySolver(LinearSolver):
         self.symmetric = bool(symmetric)
         self.ordering = ordering
         self._csr = None
+        self._lu = None  # the last factorization (resolve)
 
     def solve(self, A, b, x):
         _check_system(A, b, x)
@@ -423,10 +432,12 @@ class ScipySolver(LinearSolver):
             mat = sps.csr_matrix((data, self._host_indices, self._host_indptr), shape=(n, n)).tocsc()
             options = {}
             pivot = 1.0
+        self._lu = None
         try:
             lu = spla.splu(mat, permc_spec=self.ordering, diag_pivot_thresh=pivot, options=options)
         except RuntimeError as exc:  # "Factor is exactly singular"
             raise LinearSolveError(f"scipy: factorization failed: {exc}") from exc
+        self._lu = (_pattern_key(A), lu)
         factor_ms = (time.perf_counter() - t0) * 1000.0
 
         t0 = time.perf_counter()
@@ -434,6 +445,20 @@ class ScipySolver(LinearSolver):
         self._write_solution(A, x, lu.solve(rhs))
         solve_ms = _ms_since(t0, device)
         return LinearSolveInfo("scipy", 1, self._residual(A, b, x), analysis_ms, factor_ms, solve_ms)
+
+    def _kept(self, A, factor):
+        """``factor`` if it is the last factorization of A's pattern, else None."""
+        return factor[1] if factor is not None and factor[0] == _pattern_key(A) else None
+
+    def resolve(self, A, b, x):
+        _check_system(A, b, x)
+        lu = self._kept(A, self._lu)
+        if lu is None:
+            return self.solve(A, b, x)
+        t0 = time.perf_counter()
+        rhs = b.numpy().reshape(-1).astype(self._csr.data.numpy().dtype, copy=False)
+        self._write_solution(A, x, lu.solve(rhs))
+        return LinearSolveInfo("scipy", 1, self._residual(A, b, x), 0.0, 0.0, _ms_since(t0, A.device))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -471,6 +496,7 @@ class QdldlSolver(ScipySolver):
         self.residual_tolerance = float(residual_tolerance)
         self.fallbacks = 0
         self._ldl = None
+        self._ldl_of = None  # the pattern the factors in _ldl belong to, while they are the last call's
 
     def invalidate_pattern(self) -> None:
         super().invalidate_pattern()
@@ -519,10 +545,22 @@ class QdldlSolver(ScipySolver):
         b_norm = max(float(np.linalg.norm(rhs)), np.finfo(np.float64).tiny)
         if residual > self.residual_tolerance * b_norm:
             return self._fall_back(A, b, x, analysis_ms, f"relative residual {residual / b_norm:.1e}")
+        self._lu = None
+        self._ldl_of = _pattern_key(A)
         return LinearSolveInfo(self.name, 1, residual, analysis_ms, factor_ms, solve_ms)
+
+    def resolve(self, A, b, x):
+        _check_system(A, b, x)
+        if self._ldl is None or self._ldl_of != _pattern_key(A):
+            return super().resolve(A, b, x)  # the last call fell back to SuperLU (its factors), or none yet
+        t0 = time.perf_counter()
+        sol = self._ldl.solve(b.numpy().reshape(-1).astype(np.float64, copy=False))
+        self._write_solution(A, x, sol.astype(self._csr.data.numpy().dtype, copy=False))
+        return LinearSolveInfo(self.name, 1, self._residual(A, b, x), 0.0, 0.0, _ms_since(t0, A.device))
 
     def _fall_back(self, A, b, x, analysis_ms, why: str) -> LinearSolveInfo:
         self._ldl = None
+        self._ldl_of = None
         self.fallbacks += 1
         if self.fallbacks == 1:
             _logger.warning("qdldl: LDL^T failed (%s); this call and later failing ones use SuperLU", why)
@@ -811,6 +849,7 @@ class CudssSolver(_GpuCsrSolver):
     def invalidate_pattern(self) -> None:
         self._free()
         self._pattern = None
+        self._factored = None
 
     def _build(self, A, device) -> None:
         nva = self._nva
@@ -866,7 +905,27 @@ class CudssSolver(_GpuCsrSolver):
         residual = self._residual(A, b, x)
         if not math.isfinite(residual) and self.compute_residual:
             raise LinearSolveError(f"cudss: residual is {residual} (singular matrix?)")
+        self._factored = _pattern_key(A)
         return LinearSolveInfo(self.name, 1, residual, analysis_ms, factor_ms, solve_ms)
+
+    def resolve(self, A, b, x):
+        _check_system(A, b, x)
+        if self._solver is None or getattr(self, "_factored", None) != _pattern_key(A):
+            return self.solve(A, b, x)
+        cp = self._cp
+        stream = wp.get_stream(A.device).cuda_stream
+        dev_ctx, stream_ctx = self._stream(A.device)
+        with dev_ctx, stream_ctx:
+            t0 = time.perf_counter()
+            try:
+                self._rhs[...] = self._flat(cp, b)  # the solver's own right-hand side buffer: the plan stays valid
+                sol = self._solver.solve(stream=stream)
+                self._flat(cp, x)[...] = sol.reshape(-1)
+            except Exception as exc:
+                self.invalidate_pattern()
+                raise LinearSolveError(f"cudss: {type(exc).__name__}: {exc}") from exc
+            solve_ms = _ms_since(t0, A.device)
+        return LinearSolveInfo(self.name, 1, self._residual(A, b, x), 0.0, 0.0, solve_ms)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from .pattern import build_hessian_pattern, build_jacobian_pattern
 from .pattern_device import build_hessian_pattern_device
 from .reduce import contribution_lists, gather_sum, ordered_total, partial_count
 from . import tiled as _tiled
+from .parameters import ParameterDerivatives, describe_parameters, read_values, write_values
 from .tiled import build_tile_plan
 
 __all__ = ["Problem"]
@@ -77,6 +78,7 @@ class _Term:
         self.dynamic = False
         self.interaction = None  # an interaction term's InteractionElements (device buffer, count, version)
         self.capacity = int(elements.shape[0])
+        self.params = []  # ParameterField per data field named a parameter (see parameters.py)
 
     @property
     def count(self) -> int:
@@ -170,6 +172,7 @@ class Problem:
         self._energy_host = wp.zeros(1, dtype=dtype, device="cpu", pinned=self.device.is_cuda)
         self._grad = wp.zeros(self.variable_count, dtype=self.variable_type, device=self.device)
         self._hv = None
+        self._params = None  # ParameterDerivatives (buffers of eval_parameter_derivatives)
         self._hess = None
         self._hflat = None
         self._pattern = None
@@ -195,7 +198,9 @@ class Problem:
     # terms
     # ------------------------------------------------------------------------------------------
 
-    def add_term(self, elements, energy, data=None, weight: float = 1.0, name: str | None = None) -> int:
+    def add_term(
+        self, elements, energy, data=None, weight: float = 1.0, name: str | None = None, parameters=None
+    ) -> int:
         """Add the term ``weight * sum_j energy(j, x[elements[j, 0]], ..., data)``.
 
         Args:
@@ -206,6 +211,9 @@ class Problem:
             data: a ``@wp.struct`` instance passed to every call, or None.
             weight: scalar factor of the term.
             name: label used in messages and kernel names (default: the energy's name).
+            parameters: names of data fields that are parameters theta (see :meth:`eval_parameter_derivatives`
+                and :func:`warp_meshad.implicit_gradient`): per-element arrays of m values read as
+                ``data.f[e]``, or shared scalar / vector / matrix fields read as ``data.f``.
 
         Returns:
             The index of the term.
@@ -213,7 +221,7 @@ class Problem:
         Raises:
             TypeError, ValueError: on a bad argument, naming it, before any launch.
         """
-        return self._add(elements, energy, data, weight, name, residual=False)
+        return self._add(elements, energy, data, weight, name, residual=False, parameters=parameters)
 
     def add_residual_term(self, elements, residual, data=None, weight: float = 1.0, name: str | None = None) -> int:
         """Add a vector-valued term: residuals r_j in R^c (c = 1..4) per element.
@@ -287,7 +295,7 @@ class Problem:
             raise ValueError(f"set_interaction_elements(term=...) must be the index of an interaction term, got {term!r}")
         set_interaction_elements(self, self.terms[term], elements)
 
-    def _add(self, elements, energy, data, weight, name, residual, what=None):
+    def _add(self, elements, energy, data, weight, name, residual, what=None, parameters=None):
         what = what or ("add_residual_term" if residual else "add_term")
         argname = "residual" if residual else "energy"
         info = describe_energy(energy, f"{what}({argname}=...)")
@@ -328,8 +336,17 @@ class Problem:
             )
         if spec.k > 64:
             raise ValueError(f"{what}: valence {valence} x variable_dim {self.variable_dim} = {spec.k} exceeds 64 variables")
+        if parameters is not None:
+            term.params = describe_parameters(term, parameters, self.dtype, self.parameter_count, spec.k, what)
+            spec.param_count = sum(f.size for f in term.params)
+            if spec.k + spec.param_count > 64:
+                raise ValueError(
+                    f"{what}(parameters=...): {spec.k} variables + {spec.param_count} parameter numbers per element "
+                    f"exceed the 64 dual entries of the mixed derivatives"
+                )
         term.elements = wp.array(el, dtype=wp.int32, device=self.device)
         self.terms.append(term)
+        self._params = None
         self._pattern = None
         self._jpattern = None
         self._det = None
@@ -387,18 +404,23 @@ class Problem:
 
     def _instance(self, term: _Term, mode: str, module):
         plain = mode in ("probe", "energy", "residual")
+        params = None
         if plain:
             ns = _dualgen.load(0, None, "plain")
             vt = self.variable_type
             vec_t = vt
         else:
             dual_mode = "grad" if mode in ("gradient", "jacobian", "gauss_newton") else "hess"
-            ns = _dualgen.load(term.spec.k, self.dtype, dual_mode)
+            k = term.spec.k
+            if mode == "mixed":  # duals over the element's variables, then its parameters
+                k += term.spec.param_count
+                params = {f.name: (f.dual_offset, f.per_element) for f in term.params}
+            ns = _dualgen.load(k, self.dtype, dual_mode)
             vec_t = ns.Dual if self.variable_dim == 1 else getattr(ns, f"DVec{self.variable_dim}", None)
             if vec_t is None:
                 raise ValueError(f"dual variables support variable_dim 1..4, got {self.variable_dim}")
         types = [None] + [vec_t] * term.spec.valence + ([term.data_type] if term.spec.has_data else [])
-        return instantiate(term.energy, ns, types, module, self.dtype), ns
+        return instantiate(term.energy, ns, types, module, self.dtype, params), ns
 
     def _kernel(self, term: _Term, mode: str, tile_cap: int = 0, row_cap: int = 0, rounds: bool = False):
         # the tiled kernels also depend on the knobs of tiled.py (set by benchmarks/tile_sweep.py), which
@@ -753,6 +775,71 @@ class Problem:
         if self.deterministic:
             self._det.finish(self, grad=self._hv)
         return self._hv
+
+    # ------------------------------------------------------------------------------------------
+    # parameters (add_term(..., parameters=...)); see warp_meshad/_src/parameters.py
+    # ------------------------------------------------------------------------------------------
+
+    @property
+    def parameter_fields(self) -> list:
+        """Every term's :class:`~warp_meshad._src.parameters.ParameterField`, in theta order."""
+        return [f for t in self.terms for f in t.params]
+
+    @property
+    def parameter_count(self) -> int:
+        """Length of the parameter vector theta (0 without parameters)."""
+        return sum(f.count for f in self.parameter_fields)
+
+    def parameter_slice(self, term: int, name: str) -> slice:
+        """Where field ``name`` of term ``term`` lies in theta."""
+        for f in self.parameter_fields:
+            if f.term == term and f.name == name:
+                return f.slice
+        have = [(f.term, f.name) for f in self.parameter_fields]
+        raise KeyError(f"parameter_slice: term {term} has no parameter {name!r}; the parameters are {have}")
+
+    def get_parameters(self) -> np.ndarray:
+        """theta read from the terms' data (float64 numpy array of :attr:`parameter_count`)."""
+        fields = self.parameter_fields
+        if not fields:
+            return np.zeros(0)
+        return np.concatenate([read_values(self.terms[f.term], f) for f in fields])
+
+    def set_parameters(self, theta) -> None:
+        """Write theta (array of :attr:`parameter_count` numbers) into the terms' data fields."""
+        theta = np.asarray(theta, dtype=np.float64).reshape(-1)
+        if theta.shape[0] != self.parameter_count:
+            raise ValueError(f"set_parameters(theta): expected {self.parameter_count} numbers, got {theta.shape[0]}")
+        for f in self.parameter_fields:
+            write_values(self.terms[f.term], f, theta[f.slice])
+
+    def eval_parameter_derivatives(self, x):
+        """Energy, dE/dtheta and the mixed second derivatives d2E/dx dtheta at ``x``.
+
+        Returns:
+            (f, dE_dtheta, M): f a float; dE_dtheta a wp.array [parameter_count] of the scalar dtype
+            (preallocated); M a ``warp.sparse.BsrMatrix`` of variable_count x parameter_count blocks of
+            variable_dim x 1 (scalars for variable_dim 1): ``M[i, j] = d2E / dx_i dtheta_j``.
+        """
+        fn = "eval_parameter_derivatives"
+        self._check_vector(x, "x", fn)
+        if not self.parameter_fields:
+            raise ValueError(f"{fn}: no term has parameters (add_term(..., parameters=[...]))")
+        lay = self._ensure_layout()
+        if self._params is None:
+            self._params = ParameterDerivatives(self)
+        pd = self._params
+        pd.theta_grad.zero_()
+        for t in self.terms:
+            if t.params:
+                start, size = pd.segments[t.index]
+                vals = pd.values[start : start + size]
+                self._launch(t, "mixed", [x, lay.energy, pd.theta_grad, pd.pidx[t.index], vals])
+            else:
+                self._launch(t, "energy", [x, lay.energy])
+        self._total_energy()
+        f = self._read_energy()
+        return f, pd.theta_grad, pd.assemble()
 
     def eval_residuals(self, x):
         """Stacked weighted residuals sqrt(w) r_j of all residual terms, wp.array [row_count]."""
