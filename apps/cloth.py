@@ -15,7 +15,7 @@ face's share of ``mass``); the rest shape is the input mesh.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Literal, Optional
 
 import numpy as np
 import warp as wp
@@ -23,13 +23,8 @@ import warp as wp
 import warp_meshad as wm
 from warp_meshad._src.app import App as _AppBase
 from warp_meshad._src.app import AppConfig, ConfigError
+from warp_meshad._src.time_integration import add_inertia_gravity, predict_positions, update_velocities
 from warp_meshad.kernels.energies import MassSpringData, MassSpringDataF, mass_spring, mass_spring_f32
-from warp_meshad.kernels.energies.backward_euler import (
-    InertiaGravityData,
-    InertiaGravityDataF,
-    inertia_gravity,
-    inertia_gravity_f32,
-)
 from warp_meshad.kernels.energies.sphere_barrier import (
     SphereBarrierData,
     SphereBarrierDataF,
@@ -107,20 +102,6 @@ class ClothConfig(AppConfig):
         return errors
 
 
-@wp.kernel(enable_backward=False)
-def _predict(x: wp.array(dtype=Any), v: wp.array(dtype=Any), h: Any, target: wp.array(dtype=Any)):
-    # one thread per vertex: x~ = x + h v
-    i = wp.tid()
-    target[i] = x[i] + h * v[i]
-
-
-@wp.kernel(enable_backward=False)
-def _velocity(x_new: wp.array(dtype=Any), x_old: wp.array(dtype=Any), inv_h: Any, v: wp.array(dtype=Any)):
-    # one thread per vertex: v = (x_new - x_old) / h
-    i = wp.tid()
-    v[i] = (x_new[i] - x_old[i]) * inv_h
-
-
 def _place(vertices: np.ndarray, layout: str, center) -> np.ndarray:
     x = np.array(vertices, dtype=np.float64)
     if layout == "horizontal":
@@ -188,14 +169,8 @@ class App(_AppBase):
 
         self.x = wp.array(self.x0, dtype=vec3, device=dev)
         self.v = wp.zeros(n, dtype=vec3, device=dev)
-        inertia = InertiaGravityData() if f64 else InertiaGravityDataF()
-        inertia.mass = wp.array(self.masses, dtype=scalar, device=dev)
-        inertia.target = wp.clone(self.x)
-        inertia.gravity = vec3(*c.gravity)
-        inertia.inv_h2 = scalar(1.0 / c.time_step**2)
-        self.inertia = inertia
-        self.problem.add_term(self.mesh.vertex_indices, inertia_gravity if f64 else inertia_gravity_f32, inertia,
-                              name="inertia_gravity")
+        self.inertia = add_inertia_gravity(self.problem, self.mesh.vertex_indices, self.x, self.masses, c.gravity,
+                                           c.time_step)
 
         bound = None
         if c.sphere is not None:
@@ -240,12 +215,9 @@ class App(_AppBase):
     def step(self) -> dict:
         """One backward Euler time step: predict x~, minimize E with Newton, update the velocities."""
         c = self.config
-        n = self.mesh.vertex_count
-        wp.launch(_predict, dim=n, inputs=[self.x, self.v, self.dtype(c.time_step), self.inertia.target],
-                  device=self.device)
+        predict_positions(self.x, self.v, c.time_step, self.inertia.target)
         result = self.solver.solve(self.x, max_iterations=c.iterations, tolerance=c.tolerance)
-        wp.launch(_velocity, dim=n, inputs=[result.x, self.x, self.dtype(1.0 / c.time_step), self.v],
-                  device=self.device)
+        update_velocities(result.x, self.x, c.time_step, self.v)
         wp.copy(self.x, result.x)
         return self.record(result, time=(self.steps_done + 1) * c.time_step)
 

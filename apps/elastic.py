@@ -31,6 +31,7 @@ import warp as wp
 import warp_meshad as wm
 from warp_meshad._src.app import App as _AppBase
 from warp_meshad._src.app import AppConfig, ConfigError
+from warp_meshad._src.time_integration import add_inertia_gravity, predict_positions, update_velocities
 from warp_meshad.kernels.energies import (
     ArapTetData,
     StableNeoHookeanData,
@@ -38,7 +39,6 @@ from warp_meshad.kernels.energies import (
     stable_neo_hookean,
     stable_neo_hookean_lame,
 )
-from warp_meshad.kernels.energies.backward_euler import InertiaGravityData, inertia_gravity
 
 __all__ = ["App", "BarConfig", "ElasticConfig"]
 
@@ -152,21 +152,6 @@ class ElasticConfig(AppConfig):
         return errors
 
 
-@wp.kernel(enable_backward=False)
-def _predict(x: wp.array(dtype=wp.vec3d), v: wp.array(dtype=wp.vec3d), h: wp.float64, target: wp.array(dtype=wp.vec3d)):
-    # one thread per vertex: x~ = x + h v
-    i = wp.tid()
-    target[i] = x[i] + h * v[i]
-
-
-@wp.kernel(enable_backward=False)
-def _velocity(x_new: wp.array(dtype=wp.vec3d), x_old: wp.array(dtype=wp.vec3d), inv_h: wp.float64,
-              v: wp.array(dtype=wp.vec3d)):
-    # one thread per vertex: v = (x_new - x_old) / h
-    i = wp.tid()
-    v[i] = (x_new[i] - x_old[i]) * inv_h
-
-
 def _rotation(axis: int, angle: float) -> np.ndarray:
     """Rotation by ``angle`` [rad] about coordinate axis ``axis`` (right-handed)."""
     c, s = math.cos(angle), math.sin(angle)
@@ -265,13 +250,8 @@ class App(_AppBase):
 
         self.x = wp.array(self.x0, dtype=wp.vec3d, device=dev)
         self.v = wp.zeros(n, dtype=wp.vec3d, device=dev)
-        inertia = InertiaGravityData()
-        inertia.mass = wp.array(self.masses, dtype=wp.float64, device=dev)
-        inertia.target = wp.clone(self.x)
-        inertia.gravity = wp.vec3d(*c.gravity)
-        inertia.inv_h2 = wp.float64(1.0 / c.time_step**2)
-        self.inertia = inertia
-        self.problem.add_term(mesh.vertex_indices, inertia_gravity, inertia, name="inertia_gravity")
+        self.inertia = add_inertia_gravity(self.problem, mesh.vertex_indices, self.x, self.masses, c.gravity,
+                                           c.time_step)
 
         self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=c.project_hessian,
                                       fixed=self.pinned if self.pinned.size else None)
@@ -303,18 +283,15 @@ class App(_AppBase):
     def step(self) -> dict:
         """One backward Euler time step: move the driven pins, predict x~, minimize E with Newton, update velocities."""
         c = self.config
-        n = self.tet_mesh.vertex_count
         if self.driven.size:
             x = self.x.numpy()
             x[self.driven] = self.driven_positions(self.steps_done + 1)
             self.x.assign(x)
-        wp.launch(_predict, dim=n, inputs=[self.x, self.v, wp.float64(c.time_step), self.inertia.target],
-                  device=self.device)
+        predict_positions(self.x, self.v, c.time_step, self.inertia.target)
         x_old = wp.clone(self.x)
         result = self.solver.solve(self.x, max_iterations=c.iterations, tolerance=c.tolerance)
         wp.copy(self.x, result.x)
-        wp.launch(_velocity, dim=n, inputs=[self.x, x_old, wp.float64(1.0 / c.time_step), self.v],
-                  device=self.device)
+        update_velocities(self.x, x_old, c.time_step, self.v)
         ratio = self.volume_ratios()
         return self.record(result, time=(self.steps_done + 1) * c.time_step, min_volume_ratio=float(ratio.min()),
                            max_volume_ratio=float(ratio.max()))

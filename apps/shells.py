@@ -55,6 +55,7 @@ from warp_meshad._src.app import AppConfig
 from warp_meshad._src.contact import ContactSearch, edge_edge_mollifier_thresholds, max_step, plane_max_step
 from warp_meshad._src.linear import LinearSolveError
 from warp_meshad._src.mesh import TriMesh
+from warp_meshad._src.time_integration import add_inertia_gravity, predict_positions
 from warp_meshad.kernels.energies import (
     BarrierData,
     DiscreteShellsBendingData,
@@ -68,7 +69,6 @@ from warp_meshad.kernels.energies import (
     neo_hookean_membrane,
     point_triangle_barrier,
 )
-from warp_meshad.kernels.energies.backward_euler import InertiaGravityData, inertia_gravity
 
 __all__ = ["App", "ShellsConfig"]
 
@@ -144,12 +144,6 @@ class ShellsConfig(AppConfig):
         if self.contact_stiffness is not None and not self.contact_stiffness > 0.0:
             errors.append(("contact_stiffness", f"expected a number > 0 or null, got {self.contact_stiffness}"))
         return errors
-
-
-@wp.kernel(enable_backward=False)
-def _predict(x: wp.array(dtype=wp.vec3d), v: wp.array(dtype=wp.vec3d), h: wp.float64, target: wp.array(dtype=wp.vec3d)):
-    i = wp.tid()
-    target[i] = x[i] + h * v[i]
 
 
 @wp.kernel(enable_backward=False)
@@ -243,13 +237,7 @@ class App(_AppBase):
         p = wm.Problem(n, 3, wp.float64, dev)
         self.x = wp.array(x0, dtype=wp.vec3d, device=dev)
         self.v = wp.zeros(n, dtype=wp.vec3d, device=dev)
-        inertia = InertiaGravityData()
-        inertia.mass = wp.array(self.masses, dtype=wp.float64, device=dev)
-        inertia.target = wp.clone(self.x)
-        inertia.gravity = wp.vec3d(*c.gravity)
-        inertia.inv_h2 = wp.float64(1.0 / c.time_step**2)
-        self.inertia = inertia
-        p.add_term(self.mesh.vertex_indices, inertia_gravity, inertia, name="inertia_gravity")
+        self.inertia = add_inertia_gravity(p, self.mesh.vertex_indices, self.x, self.masses, c.gravity, c.time_step)
 
         mem = NeoHookeanMembraneData()
         mem.rest_inverse = wp.array(self.mesh.face_rest_frame_inverses(), dtype=wp.mat22d, device=dev)
@@ -319,7 +307,7 @@ class App(_AppBase):
         dev = self.device
         n = self.mesh.vertex_count
         h = c.time_step
-        wp.launch(_predict, dim=n, inputs=[self.x, self.v, wp.float64(h), self.inertia.target], device=dev)
+        predict_positions(self.x, self.v, h, self.inertia.target)
         x = wp.clone(self.x)
         x_try = wp.zeros_like(x)
         rhs = wp.zeros_like(x)

@@ -41,6 +41,7 @@ from typing import Any
 import warp as wp
 
 from warp_meshad.kernels import ad
+from warp_meshad.kernels.deformation import tet_deformation_columns
 
 __all__ = ["ArapTetData", "arap_tet"]
 
@@ -80,12 +81,7 @@ def _signed_singular_value_sum(f1: Any, f2: Any, f3: Any, ic: Any, ii: Any, j: A
 def arap_tet(t: int, x0: Any, x1: Any, x2: Any, x3: Any, data: ArapTetData):
     """mu V_t (I_C - 2 I_1 + 3): I_C = |F|^2, I_1 the sum of the signed singular values of F."""
     dinv = data.rest_inverse[t]
-    e1 = x1 - x0
-    e2 = x2 - x0
-    e3 = x3 - x0
-    f1 = e1 * dinv[0, 0] + e2 * dinv[1, 0] + e3 * dinv[2, 0]  # columns of F = [e1, e2, e3] D_m^-1
-    f2 = e1 * dinv[0, 1] + e2 * dinv[1, 1] + e3 * dinv[2, 1]
-    f3 = e1 * dinv[0, 2] + e2 * dinv[1, 2] + e3 * dinv[2, 2]
+    f1, f2, f3 = tet_deformation_columns(x0, x1, x2, x3, dinv)  # columns of F = D_s D_m^-1
     c1 = ad.cross(f2, f3)  # columns of cof F
     c2 = ad.cross(f3, f1)
     c3 = ad.cross(f1, f2)

@@ -40,6 +40,7 @@ from typing import Any
 import warp as wp
 
 from warp_meshad.kernels import ad
+from warp_meshad.kernels.deformation import tet_deformation_columns
 
 __all__ = ["StableNeoHookeanData", "stable_neo_hookean", "stable_neo_hookean_lame"]
 
@@ -58,12 +59,7 @@ class StableNeoHookeanData:
 def stable_neo_hookean(t: int, x0: Any, x1: Any, x2: Any, x3: Any, data: StableNeoHookeanData):
     """V_t (mu / 2 (I_C - 3) - mu (J - 1) + lam / 2 (J - 1)^2), I_C = |F|^2, J = det F."""
     dinv = data.rest_inverse[t]
-    e1 = x1 - x0
-    e2 = x2 - x0
-    e3 = x3 - x0
-    f1 = e1 * dinv[0, 0] + e2 * dinv[1, 0] + e3 * dinv[2, 0]  # columns of F = [e1, e2, e3] D_m^-1
-    f2 = e1 * dinv[0, 1] + e2 * dinv[1, 1] + e3 * dinv[2, 1]
-    f3 = e1 * dinv[0, 2] + e2 * dinv[1, 2] + e3 * dinv[2, 2]
+    f1, f2, f3 = tet_deformation_columns(x0, x1, x2, x3, dinv)  # columns of F = D_s D_m^-1
     ic = ad.dot(f1, f1) + ad.dot(f2, f2) + ad.dot(f3, f3)
     jm1 = ad.dot(f1, ad.cross(f2, f3)) - 1.0
     psi = 0.5 * data.mu * (ic - 3.0) - data.mu * jm1 + 0.5 * data.lam * jm1 * jm1

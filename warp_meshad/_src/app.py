@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Literal, Optional
 import numpy as np
 
 from .linear import LINEAR_SOLVER_NAMES
-from .mesh import MeshError, new_file_mode
+from .mesh import MeshError, _atomic_write, new_file_mode
 from .module_loads import ModuleLoads
 
 __all__ = [
@@ -735,23 +735,6 @@ class Progress:
 # ----------------------------------------------------------------------------------------------------------------------
 # Outputs
 # ----------------------------------------------------------------------------------------------------------------------
-
-
-def _atomic_write(path: pathlib.Path, write) -> None:
-    """``write(tmp_path)`` then ``os.replace`` onto ``path``; the temporary file is removed on failure.
-
-    The file gets the permissions of an ordinary new file (``mkstemp`` alone would leave it ``0600``).
-    """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, new_file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _json_safe(v):

@@ -16,7 +16,9 @@ half-edge leaving corner ``k`` and the vertex opposite it is corner ``(k + 2) % 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 import os
 import pathlib
 import re
@@ -62,7 +64,263 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
-class TriMesh:
+def _atomic_write(path: pathlib.Path, write, suffix: str = ".tmp") -> None:
+    """``write(tmp_path)`` then ``os.replace`` onto ``path``; the temporary file is removed on failure.
+
+    The temporary file lies in ``path``'s folder and ends with ``suffix`` (writers that pick the format by the
+    extension need it); the file gets the permissions of an ordinary new file (``mkstemp`` alone would leave it
+    ``0600``).
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, new_file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# ---------------------------------------------------------------------- shared by TriMesh and TetMesh
+# (the messages name the elements with the words of an _Elements: "faces" / "triangle", "tets" / "tetrahedron")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Elements:
+    """What a mesh's elements are called in its messages, and how many vertices each has."""
+
+    mesh: str  # the class named in hints: "TriMesh", "TetMesh"
+    array: str  # the element array, also the plural in messages: "faces", "tets"
+    single: str  # one element: "face", "tet"
+    noun: str  # what an empty mesh lacks one of: "triangle", "tetrahedron"
+    valence: int  # vertices per element: 3, 4
+    shape_hint: str  # appended to a 2D array's wrong-shape message
+    index_dtype: str  # how the dtype message says the indices are kept
+    repeat_hint: str  # leads the parenthesis of the repeated-vertex message
+    file_kind: str  # the kind of file from_file reads: "mesh", "tet mesh"
+
+
+_TRIANGLES = _Elements(
+    mesh="TriMesh", array="faces", single="face", noun="triangle", valence=3,
+    shape_hint=" (only triangles are supported)", index_dtype="stored as int32",
+    repeat_hint="degenerate index triples, ", file_kind="mesh",
+)  # the words of TriMesh's messages
+_VALENCE_WORDS = {3: "three", 4: "four"}
+
+
+def _check_option(source: str, name: str, value, options: tuple[str, ...]) -> None:
+    """Refuses a keyword argument ``name=value`` that is not one of ``options``."""
+    if value not in options:
+        raise MeshError(f"{source}: {name}={value!r} is not an option; expected one of {options}")
+
+
+def _check_arrays(src: str, vertices, elements, kind: _Elements) -> tuple[np.ndarray, np.ndarray]:
+    """Reads and validates vertex positions and element vertex indices.
+
+    Returns:
+        The vertices as float64, shape (n, 3), and the elements as int64, shape (m, kind.valence).
+
+    Raises:
+        MeshError: unreadable arrays, an empty mesh, wrong shapes or dtypes, more than int32 indices, non-finite
+            coordinates, indices out of range, or a vertex repeated within an element.
+    """
+    name, k = kind.array, kind.valence
+    try:
+        v = np.asarray(vertices)
+    except Exception as exc:  # ragged nested lists, ...
+        raise MeshError(f"{src}: vertices could not be read as an array ({exc}); expected shape (n, 3) floats")
+    try:
+        e = np.asarray(elements)
+    except Exception as exc:
+        raise MeshError(f"{src}: {name} could not be read as an array ({exc}); expected shape (m, {k}) integers")
+
+    if v.size == 0 or e.size == 0:
+        raise MeshError(
+            f"{src}: empty mesh: {v.shape[0] if v.ndim else 0} vertices (array shape {v.shape}) and "
+            f"{e.shape[0] if e.ndim else 0} {name} (array shape {e.shape}); expected at least one "
+            f"vertex and one {kind.noun}"
+        )
+    if v.ndim != 2 or v.shape[1] != 3:
+        raise MeshError(f"{src}: vertices have shape {v.shape}; expected (n, 3)")
+    if e.ndim != 2 or e.shape[1] != k:
+        hint = kind.shape_hint if e.ndim == 2 else ""
+        raise MeshError(f"{src}: {name} have shape {e.shape}; expected (m, {k}){hint}")
+    if v.dtype == bool or not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
+        raise MeshError(f"{src}: vertices have dtype {v.dtype}; expected a real floating-point dtype (float64)")
+    if not np.issubdtype(e.dtype, np.integer):
+        raise MeshError(
+            f"{src}: {name} have dtype {e.dtype}; expected an integer dtype (vertex indices, {kind.index_dtype})"
+        )
+    n, m = v.shape[0], e.shape[0]
+    if n > np.iinfo(np.int32).max or k * m > np.iinfo(np.int32).max:
+        raise MeshError(f"{src}: {n} vertices, {m} {name} exceed the int32 index range")
+
+    v = v.astype(np.float64, copy=False)
+    finite = np.isfinite(v).all(axis=1)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        raise MeshError(
+            f"{src}: vertices {_first(bad)} have NaN or infinite coordinates "
+            f"(vertex {bad[0]} = {v[bad[0]].tolist()}); expected finite coordinates"
+        )
+
+    e = e.astype(np.int64, copy=False)
+    out = (e < 0) | (e >= n)
+    if out.any():
+        bad = np.flatnonzero(out.any(axis=1))
+        b = bad[0]
+        raise MeshError(
+            f"{src}: {name} {_first(bad)} have vertex indices out of range "
+            f"({kind.single} {b} = {e[b].tolist()} uses index {e[b][out[b]][0]}); expected 0 <= index < {n} "
+            f"(the vertex count; indices are 0-based)"
+        )
+
+    repeated = np.zeros(m, dtype=bool)
+    for i, j in itertools.combinations(range(k), 2):  # k (k - 1) / 2 column comparisons: faster than a row sort
+        repeated |= e[:, i] == e[:, j]
+    if repeated.any():
+        bad = np.flatnonzero(repeated)
+        b = bad[0]
+        raise MeshError(
+            f"{src}: {name} {_first(bad)} repeat a vertex ({kind.repeat_hint}{kind.single} {b} = {e[b].tolist()}); "
+            f"expected {_VALENCE_WORDS[k]} distinct vertices per {kind.single}"
+        )
+    return v, e
+
+
+def _referenced(src: str, v: np.ndarray, e: np.ndarray, unreferenced: str, kind: _Elements):
+    """Drops (``unreferenced="remove"``) or reports the vertices that no element uses.
+
+    Returns:
+        Read-only ``(vertices float64, elements int32, vertex_map int32, removed_vertices int32)`` and the
+        `MeshError` to raise for unreferenced vertices under ``unreferenced="error"`` (None when there is none). The
+        caller raises it after its topology checks, so that a non-manifold mesh reports that first.
+    """
+    n = v.shape[0]
+    used = np.zeros(n, dtype=bool)
+    used[e.ravel()] = True
+    removed = np.flatnonzero(~used)
+    if removed.size and unreferenced == "remove":
+        kept = np.flatnonzero(used)
+        new_index = np.full(n, -1, dtype=np.int64)
+        new_index[kept] = np.arange(kept.size)
+        v = v[kept]
+        e = new_index[e]
+        vertex_map = kept
+    else:
+        vertex_map = np.arange(n)
+    error = None
+    if removed.size and unreferenced == "error":
+        error = MeshError(
+            f"{src}: {removed.size} of {n} vertices are not used by any {kind.single} "
+            f"(unreferenced vertices {_first(removed)}); expected every vertex in a {kind.single}. "
+            f'Pass unreferenced="remove" to drop them ({kind.mesh}(..., unreferenced="remove") or '
+            f'{kind.mesh}.from_file(path, unreferenced="remove"); mesh.vertex_map then maps kept '
+            f"vertices to their original indices)"
+        )
+    return (
+        _readonly(np.ascontiguousarray(v, dtype=np.float64)),
+        _readonly(np.ascontiguousarray(e, dtype=np.int32)),
+        _readonly(vertex_map.astype(np.int32)),
+        _readonly((removed if unreferenced == "remove" else removed[:0]).astype(np.int32)),
+        error,
+    )
+
+
+def _sorted_groups(sorted_keys: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Runs of equal keys after a sort: ``sorted_keys`` (1D, or 2D rows compared whole) is ``keys[order]``.
+
+    Returns:
+        ``(starts, counts, group)``: where each run starts in the sorted order and how long it is, and the run
+        (0, 1, ... in sorted order) of each unsorted key, all int64.
+    """
+    is_start = np.empty(sorted_keys.shape[0], dtype=bool)
+    is_start[0] = True
+    if sorted_keys.ndim == 1:
+        np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=is_start[1:])
+    else:
+        np.any(sorted_keys[1:] != sorted_keys[:-1], axis=1, out=is_start[1:])
+    starts = np.flatnonzero(is_start)
+    counts = np.diff(np.append(starts, is_start.size))
+    group = np.empty(order.size, dtype=np.int64)
+    group[order] = np.cumsum(is_start) - 1
+    return starts, counts, group
+
+
+def _check_mesh_file(path, extensions: tuple[str, ...], kind: _Elements) -> tuple[pathlib.Path, str]:
+    """``(path, lower-case extension)`` of an existing regular file with one of ``extensions``, else MeshError."""
+    p = pathlib.Path(path)
+    ext = p.suffix.lower()
+    if ext not in extensions:
+        raise MeshError(
+            f"{p}: unsupported {kind.file_kind} file extension {p.suffix!r}; supported: {', '.join(extensions)}"
+        )
+    if not p.exists():
+        raise MeshError(f"{p}: mesh file not found (resolved: {p.resolve()}); expected an existing {ext} file")
+    if not p.is_file():
+        raise MeshError(f"{p}: not a regular file; expected a {ext} {kind.file_kind} file")
+    return p, ext
+
+
+def _check_save_path(path, extensions: tuple[str, ...]) -> tuple[pathlib.Path, str]:
+    """``(path, lower-case extension)`` of a destination with one of ``extensions``, else MeshError."""
+    p = pathlib.Path(path)
+    ext = p.suffix.lower()
+    if ext not in extensions:
+        raise MeshError(f"{p}: cannot save: unsupported extension {p.suffix!r}; supported: {', '.join(extensions)}")
+    return p, ext
+
+
+def _check_folder(p: pathlib.Path) -> None:
+    if not p.parent.is_dir():
+        raise FileNotFoundError(f"{p}: cannot save: folder {p.parent} does not exist")
+
+
+class _VertexMesh:
+    """The vertex side of `TriMesh` and `TetMesh`: counts, positions and bounds (``source`` and ``_vertices`` are set
+    by the subclass)."""
+
+    source: str
+    _vertices: np.ndarray
+
+    @property
+    def vertex_count(self) -> int:
+        """Number of vertices n."""
+        return self._vertices.shape[0]
+
+    @property
+    def vertices(self) -> np.ndarray:
+        """Vertex positions, float64, shape (vertex_count, 3), C-contiguous, read-only."""
+        return self._vertices
+
+    @functools.cached_property
+    def vertex_indices(self) -> np.ndarray:
+        """Per-vertex stencil (V): ``arange(vertex_count)``, int32, shape (vertex_count, 1)."""
+        return _readonly(np.arange(self.vertex_count, dtype=np.int32).reshape(-1, 1))
+
+    def _positions(self, x) -> np.ndarray:
+        if x is None:
+            return self._vertices
+        if hasattr(x, "numpy") and not isinstance(x, np.ndarray):  # e.g. a wp.array of vec3d
+            x = x.numpy()
+        x = np.asarray(x, dtype=np.float64)
+        if x.shape != (self.vertex_count, 3):
+            raise MeshError(f"{self.source}: positions have shape {x.shape}; expected ({self.vertex_count}, 3)")
+        return x
+
+    def bounding_box(self, x=None) -> tuple[np.ndarray, np.ndarray]:
+        """Axis-aligned bounds ``(min, max)``, each float64 of shape (3,).
+
+        Args:
+            x: positions, shape (vertex_count, 3); defaults to `vertices`.
+        """
+        x = self._positions(x)
+        return x.min(axis=0), x.max(axis=0)
+
+
+class TriMesh(_VertexMesh):
     """An oriented, edge-manifold triangle mesh with cached topology and rest-shape geometry.
 
     Construction validates the arrays and raises `MeshError` for: wrong shapes or dtypes, an empty
@@ -94,110 +352,16 @@ class TriMesh:
 
     def __init__(self, vertices, faces, *, unreferenced: str = "error", source=None):
         self.source = "TriMesh(...)" if source is None else str(source)
-        if unreferenced not in _UNREFERENCED_MODES:
-            raise MeshError(
-                f"{self.source}: unreferenced={unreferenced!r} is not an option; "
-                f"expected one of {_UNREFERENCED_MODES}"
-            )
-        v, f = self._check_arrays(vertices, faces)
-        n = v.shape[0]
-
-        # vertices referenced by no face
-        used = np.zeros(n, dtype=bool)
-        used[f.ravel()] = True
-        removed = np.flatnonzero(~used)
-        if removed.size and unreferenced == "remove":
-            kept = np.flatnonzero(used)
-            new_index = np.full(n, -1, dtype=np.int64)
-            new_index[kept] = np.arange(kept.size)
-            v = v[kept]
-            f = new_index[f]
-            vertex_map = kept
-        else:
-            vertex_map = np.arange(v.shape[0])
-
-        self._vertices = _readonly(np.ascontiguousarray(v, dtype=np.float64))
-        self._faces = _readonly(np.ascontiguousarray(f, dtype=np.int32))
-        self.vertex_map = _readonly(vertex_map.astype(np.int32))
-        self.removed_vertices = _readonly((removed if unreferenced == "remove" else removed[:0]).astype(np.int32))
-
+        _check_option(self.source, "unreferenced", unreferenced, _UNREFERENCED_MODES)
+        v, f = _check_arrays(self.source, vertices, faces, _TRIANGLES)
+        self._vertices, self._faces, self.vertex_map, self.removed_vertices, unused = _referenced(
+            self.source, v, f, unreferenced, _TRIANGLES
+        )
         # topology first (it does not depend on unreferenced vertices), so a non-manifold mesh
         # reports that before anything about unreferenced vertices
         self._build_edges()
-
-        if removed.size and unreferenced == "error":
-            raise MeshError(
-                f"{self.source}: {removed.size} of {n} vertices are not used by any face "
-                f"(unreferenced vertices {_first(removed)}); expected every vertex in a face. "
-                f'Pass unreferenced="remove" to drop them (TriMesh(..., unreferenced="remove") or '
-                f'TriMesh.from_file(path, unreferenced="remove"); mesh.vertex_map then maps kept '
-                f"vertices to their original indices)"
-            )
-
-    # ------------------------------------------------------------------ validation
-
-    def _check_arrays(self, vertices, faces) -> tuple[np.ndarray, np.ndarray]:
-        src = self.source
-        try:
-            v = np.asarray(vertices)
-        except Exception as exc:  # ragged nested lists, ...
-            raise MeshError(f"{src}: vertices could not be read as an array ({exc}); expected shape (n, 3) floats")
-        try:
-            f = np.asarray(faces)
-        except Exception as exc:
-            raise MeshError(f"{src}: faces could not be read as an array ({exc}); expected shape (m, 3) integers")
-
-        if v.size == 0 or f.size == 0:
-            raise MeshError(
-                f"{src}: empty mesh: {v.shape[0] if v.ndim else 0} vertices (array shape {v.shape}) and "
-                f"{f.shape[0] if f.ndim else 0} faces (array shape {f.shape}); expected at least one "
-                f"vertex and one triangle"
-            )
-        if v.ndim != 2 or v.shape[1] != 3:
-            raise MeshError(f"{src}: vertices have shape {v.shape}; expected (n, 3)")
-        if f.ndim != 2 or f.shape[1] != 3:
-            hint = " (only triangles are supported)" if f.ndim == 2 else ""
-            raise MeshError(f"{src}: faces have shape {f.shape}; expected (m, 3){hint}")
-        if v.dtype == bool or not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
-            raise MeshError(f"{src}: vertices have dtype {v.dtype}; expected a real floating-point dtype (float64)")
-        if not np.issubdtype(f.dtype, np.integer):
-            raise MeshError(
-                f"{src}: faces have dtype {f.dtype}; expected an integer dtype (vertex indices, stored as int32)"
-            )
-        n, m = v.shape[0], f.shape[0]
-        if n > np.iinfo(np.int32).max or 3 * m > np.iinfo(np.int32).max:
-            raise MeshError(f"{src}: {n} vertices, {m} faces exceed the int32 index range")
-
-        v = v.astype(np.float64, copy=False)
-        finite = np.isfinite(v).all(axis=1)
-        if not finite.all():
-            bad = np.flatnonzero(~finite)
-            raise MeshError(
-                f"{src}: vertices {_first(bad)} have NaN or infinite coordinates "
-                f"(vertex {bad[0]} = {v[bad[0]].tolist()}); expected finite coordinates"
-            )
-
-        f = f.astype(np.int64, copy=False)
-        out = (f < 0) | (f >= n)
-        if out.any():
-            bad_faces = np.flatnonzero(out.any(axis=1))
-            f0 = bad_faces[0]
-            bad_value = f[f0][out[f0]][0]
-            raise MeshError(
-                f"{src}: faces {_first(bad_faces)} have vertex indices out of range "
-                f"(face {f0} = {f[f0].tolist()} uses index {bad_value}); expected 0 <= index < {n} "
-                f"(the vertex count; indices are 0-based)"
-            )
-
-        repeated = (f[:, 0] == f[:, 1]) | (f[:, 1] == f[:, 2]) | (f[:, 2] == f[:, 0])
-        if repeated.any():
-            bad_faces = np.flatnonzero(repeated)
-            f0 = bad_faces[0]
-            raise MeshError(
-                f"{src}: faces {_first(bad_faces)} repeat a vertex (degenerate index triples, "
-                f"face {f0} = {f[f0].tolist()}); expected three distinct vertices per face"
-            )
-        return v, f
+        if unused is not None:
+            raise unused
 
     # ------------------------------------------------------------------ topology
 
@@ -220,14 +384,7 @@ class TriMesh:
         else:
             order = np.argsort(key, kind="stable")
             sorted_key = key[order]
-        is_start = np.empty(sorted_key.size, dtype=bool)
-        is_start[0] = True
-        np.not_equal(sorted_key[1:], sorted_key[:-1], out=is_start[1:])
-        starts = np.flatnonzero(is_start)
-        counts = np.diff(np.append(starts, sorted_key.size))
-        edge_of_sorted = np.cumsum(is_start) - 1
-        halfedge_edge = np.empty(3 * m, dtype=np.int64)
-        halfedge_edge[order] = edge_of_sorted
+        starts, counts, halfedge_edge = _sorted_groups(sorted_key, order)
 
         edge_key = sorted_key[starts]
         edges = np.empty((starts.size, 2), dtype=np.int64)
@@ -309,16 +466,7 @@ class TriMesh:
         Raises:
             MeshError: missing file, unsupported extension, unreadable file, or an invalid mesh.
         """
-        p = pathlib.Path(path)
-        ext = p.suffix.lower()
-        if ext not in _SUPPORTED_EXTENSIONS:
-            raise MeshError(
-                f"{p}: unsupported mesh file extension {p.suffix!r}; supported: {', '.join(_SUPPORTED_EXTENSIONS)}"
-            )
-        if not p.exists():
-            raise MeshError(f"{p}: mesh file not found (resolved: {p.resolve()}); expected an existing {ext} file")
-        if not p.is_file():
-            raise MeshError(f"{p}: not a regular file; expected a {ext} mesh file")
+        p, ext = _check_mesh_file(path, _SUPPORTED_EXTENSIONS, _TRIANGLES)
         if ext == ".obj":
             vertices, faces = _read_obj(p)
         else:
@@ -408,38 +556,22 @@ class TriMesh:
             MeshError: unsupported extension, or uv with a wrong shape or a non-OBJ format.
             FileNotFoundError: the destination folder does not exist.
         """
-        p = pathlib.Path(path)
-        ext = p.suffix.lower()
-        if ext not in _SUPPORTED_EXTENSIONS:
-            raise MeshError(
-                f"{p}: cannot save: unsupported extension {p.suffix!r}; supported: {', '.join(_SUPPORTED_EXTENSIONS)}"
-            )
+        p, ext = _check_save_path(path, _SUPPORTED_EXTENSIONS)
         if uv is not None:
             uv = np.asarray(uv, dtype=np.float64)
             if uv.shape != (self.vertex_count, 2):
                 raise MeshError(f"{p}: cannot save: uv has shape {uv.shape}; expected ({self.vertex_count}, 2)")
             if ext != ".obj":
                 raise MeshError(f"{p}: cannot save: uv is only written to .obj files, got {ext}")
-        folder = p.parent
-        if not folder.is_dir():
-            raise FileNotFoundError(f"{p}: cannot save: folder {folder} does not exist")
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as out:
+        _check_folder(p)
+
+        def write(tmp):
+            with open(tmp, "wb") as out:
                 _WRITERS[ext](out, self._vertices, self._faces, uv)
-            os.chmod(tmp, new_file_mode())  # mkstemp creates 0600
-            os.replace(tmp, p)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+
+        _atomic_write(p, write)
 
     # ------------------------------------------------------------------ counts and arrays
-
-    @property
-    def vertex_count(self) -> int:
-        """Number of vertices n."""
-        return self._vertices.shape[0]
 
     @property
     def face_count(self) -> int:
@@ -452,19 +584,9 @@ class TriMesh:
         return self._edges.shape[0]
 
     @property
-    def vertices(self) -> np.ndarray:
-        """Vertex positions, float64, shape (vertex_count, 3), C-contiguous, read-only."""
-        return self._vertices
-
-    @property
     def faces(self) -> np.ndarray:
         """Triangles (FV stencil), int32, shape (face_count, 3), counter-clockwise."""
         return self._faces
-
-    @functools.cached_property
-    def vertex_indices(self) -> np.ndarray:
-        """Per-vertex stencil (V): ``arange(vertex_count)``, int32, shape (vertex_count, 1)."""
-        return _readonly(np.arange(self.vertex_count, dtype=np.int32).reshape(-1, 1))
 
     @property
     def edges(self) -> np.ndarray:
@@ -575,16 +697,6 @@ class TriMesh:
         return self.vertex_count - self.edge_count + self.face_count
 
     # ------------------------------------------------------------------ geometry
-
-    def _positions(self, x) -> np.ndarray:
-        if x is None:
-            return self._vertices
-        if hasattr(x, "numpy") and not isinstance(x, np.ndarray):  # e.g. a wp.array of vec3d
-            x = x.numpy()
-        x = np.asarray(x, dtype=np.float64)
-        if x.shape != (self.vertex_count, 3):
-            raise MeshError(f"{self.source}: positions have shape {x.shape}; expected ({self.vertex_count}, 3)")
-        return x
 
     def _face_edge_vectors(self, x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         x = self._positions(x)
@@ -704,15 +816,6 @@ class TriMesh:
         inv[:, 1, 0] = 0.0
         inv[:, 1, 1] = 1.0 / d
         return inv
-
-    def bounding_box(self, x=None) -> tuple[np.ndarray, np.ndarray]:
-        """Axis-aligned bounds ``(min, max)``, each float64 of shape (3,).
-
-        Args:
-            x: positions, shape (vertex_count, 3); defaults to `vertices`.
-        """
-        x = self._positions(x)
-        return x.min(axis=0), x.max(axis=0)
 
     def __repr__(self) -> str:
         return (

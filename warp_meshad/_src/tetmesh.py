@@ -18,24 +18,41 @@ VTK ``.vtk`` / ``.vtu``, Medit ``.mesh``), imported only there. Construction val
 from __future__ import annotations
 
 import functools
-import os
-import pathlib
-import tempfile
 
 import numpy as np
 
-from .mesh import MeshError, TriMesh, _first, _readonly, new_file_mode
+from .mesh import (
+    _UNREFERENCED_MODES,
+    MeshError,
+    TriMesh,
+    _atomic_write,
+    _check_arrays,
+    _check_folder,
+    _check_mesh_file,
+    _check_option,
+    _check_save_path,
+    _Elements,
+    _first,
+    _readonly,
+    _referenced,
+    _sorted_groups,
+    _VertexMesh,
+)
 
 __all__ = ["TetMesh"]
 
 _SUPPORTED_EXTENSIONS = (".msh", ".vtk", ".vtu", ".mesh")
 _MESHIO_FORMATS = {".msh": "gmsh", ".vtk": "vtk", ".vtu": "vtu", ".mesh": "medit"}  # meshio's reader/writer modules
-_UNREFERENCED_MODES = ("error", "remove")
 _INVERTED_MODES = ("error", "flip")
 _DEGENERATE_RTOL = 1e-12  # a tet is degenerate when |6 V| <= rtol * (longest edge)^3 (regular tet: 6 V = 0.707 L^3)
 # the four faces of tet (a, b, c, d), face k opposite corner k, each oriented outward for a positive tet
 _TET_FACES = np.array([[1, 2, 3], [0, 3, 2], [0, 1, 3], [0, 2, 1]], dtype=np.int64)
 _TET_EDGES = np.array([[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]], dtype=np.int64)
+_TETRAHEDRA = _Elements(
+    mesh="TetMesh", array="tets", single="tet", noun="tetrahedron", valence=4,
+    shape_hint=" (only linear tetrahedra, 4 vertices each, are supported)", index_dtype="int32", repeat_hint="",
+    file_kind="tet mesh",
+)  # the words of TetMesh's messages
 
 
 def _tet_edge_vectors(x: np.ndarray, tets: np.ndarray) -> np.ndarray:
@@ -54,7 +71,7 @@ def _det3(a: np.ndarray) -> np.ndarray:
     )
 
 
-class TetMesh:
+class TetMesh(_VertexMesh):
     """A positively oriented, face-manifold tetrahedral mesh with cached stencils, boundary and rest shapes.
 
     Construction validates the arrays and raises `MeshError` for: wrong shapes or dtypes, an empty mesh, non-finite
@@ -88,105 +105,20 @@ class TetMesh:
 
     def __init__(self, vertices, tets, *, unreferenced: str = "error", inverted: str = "error", source=None):
         self.source = "TetMesh(...)" if source is None else str(source)
-        if unreferenced not in _UNREFERENCED_MODES:
-            raise MeshError(
-                f"{self.source}: unreferenced={unreferenced!r} is not an option; expected one of {_UNREFERENCED_MODES}"
-            )
-        if inverted not in _INVERTED_MODES:
-            raise MeshError(f"{self.source}: inverted={inverted!r} is not an option; expected one of {_INVERTED_MODES}")
-        v, t = self._check_arrays(vertices, tets)
+        _check_option(self.source, "unreferenced", unreferenced, _UNREFERENCED_MODES)
+        _check_option(self.source, "inverted", inverted, _INVERTED_MODES)
+        v, t = _check_arrays(self.source, vertices, tets, _TETRAHEDRA)
         t, flipped = self._check_volumes(v, t, inverted)
-        n = v.shape[0]
-
-        used = np.zeros(n, dtype=bool)
-        used[t.ravel()] = True
-        removed = np.flatnonzero(~used)
-        if removed.size and unreferenced == "remove":
-            kept = np.flatnonzero(used)
-            new_index = np.full(n, -1, dtype=np.int64)
-            new_index[kept] = np.arange(kept.size)
-            v = v[kept]
-            t = new_index[t]
-            vertex_map = kept
-        else:
-            vertex_map = np.arange(v.shape[0])
-
-        self._vertices = _readonly(np.ascontiguousarray(v, dtype=np.float64))
-        self._tets = _readonly(np.ascontiguousarray(t, dtype=np.int32))
-        self.vertex_map = _readonly(vertex_map.astype(np.int32))
-        self.removed_vertices = _readonly((removed if unreferenced == "remove" else removed[:0]).astype(np.int32))
+        self._vertices, self._tets, self.vertex_map, self.removed_vertices, unused = _referenced(
+            self.source, v, t, unreferenced, _TETRAHEDRA
+        )
         self.flipped_tets = _readonly(flipped.astype(np.int32))
-
         # topology before unreferenced vertices, as TriMesh: a non-manifold mesh reports that first
         self._build_faces()
-
-        if removed.size and unreferenced == "error":
-            raise MeshError(
-                f"{self.source}: {removed.size} of {n} vertices are not used by any tet "
-                f"(unreferenced vertices {_first(removed)}); expected every vertex in a tet. "
-                f'Pass unreferenced="remove" to drop them (TetMesh(..., unreferenced="remove") or '
-                f'TetMesh.from_file(path, unreferenced="remove"); mesh.vertex_map then maps kept '
-                f"vertices to their original indices)"
-            )
+        if unused is not None:
+            raise unused
 
     # ------------------------------------------------------------------ validation
-
-    def _check_arrays(self, vertices, tets) -> tuple[np.ndarray, np.ndarray]:
-        src = self.source
-        try:
-            v = np.asarray(vertices)
-        except Exception as exc:  # ragged nested lists, ...
-            raise MeshError(f"{src}: vertices could not be read as an array ({exc}); expected shape (n, 3) floats")
-        try:
-            t = np.asarray(tets)
-        except Exception as exc:
-            raise MeshError(f"{src}: tets could not be read as an array ({exc}); expected shape (m, 4) integers")
-        if v.size == 0 or t.size == 0:
-            raise MeshError(
-                f"{src}: empty mesh: {v.shape[0] if v.ndim else 0} vertices (array shape {v.shape}) and "
-                f"{t.shape[0] if t.ndim else 0} tets (array shape {t.shape}); expected at least one vertex and one "
-                f"tetrahedron"
-            )
-        if v.ndim != 2 or v.shape[1] != 3:
-            raise MeshError(f"{src}: vertices have shape {v.shape}; expected (n, 3)")
-        if t.ndim != 2 or t.shape[1] != 4:
-            hint = " (only linear tetrahedra, 4 vertices each, are supported)" if t.ndim == 2 else ""
-            raise MeshError(f"{src}: tets have shape {t.shape}; expected (m, 4){hint}")
-        if v.dtype == bool or not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
-            raise MeshError(f"{src}: vertices have dtype {v.dtype}; expected a real floating-point dtype (float64)")
-        if not np.issubdtype(t.dtype, np.integer):
-            raise MeshError(f"{src}: tets have dtype {t.dtype}; expected an integer dtype (vertex indices, int32)")
-        n, m = v.shape[0], t.shape[0]
-        if n > np.iinfo(np.int32).max or 4 * m > np.iinfo(np.int32).max:
-            raise MeshError(f"{src}: {n} vertices, {m} tets exceed the int32 index range")
-
-        v = v.astype(np.float64, copy=False)
-        finite = np.isfinite(v).all(axis=1)
-        if not finite.all():
-            bad = np.flatnonzero(~finite)
-            raise MeshError(
-                f"{src}: vertices {_first(bad)} have NaN or infinite coordinates "
-                f"(vertex {bad[0]} = {v[bad[0]].tolist()}); expected finite coordinates"
-            )
-
-        t = t.astype(np.int64, copy=False)
-        out = (t < 0) | (t >= n)
-        if out.any():
-            bad = np.flatnonzero(out.any(axis=1))
-            t0 = bad[0]
-            raise MeshError(
-                f"{src}: tets {_first(bad)} have vertex indices out of range (tet {t0} = {t[t0].tolist()} uses "
-                f"index {t[t0][out[t0]][0]}); expected 0 <= index < {n} (the vertex count; indices are 0-based)"
-            )
-        s = np.sort(t, axis=1)
-        repeated = (s[:, 1:] == s[:, :-1]).any(axis=1)
-        if repeated.any():
-            bad = np.flatnonzero(repeated)
-            raise MeshError(
-                f"{src}: tets {_first(bad)} repeat a vertex (tet {bad[0]} = {t[bad[0]].tolist()}); expected four "
-                f"distinct vertices per tet"
-            )
-        return v, t
 
     def _check_volumes(self, v: np.ndarray, t: np.ndarray, inverted: str) -> tuple[np.ndarray, np.ndarray]:
         """Refuses degenerate tets; refuses (or flips) inverted ones. Returns the tets and the flipped indices."""
@@ -232,21 +164,10 @@ class TetMesh:
         if n ** 3 < 2**62:
             key = (s[:, 0] * n + s[:, 1]) * n + s[:, 2]
             order = np.argsort(key, kind="stable")
-            sorted_key = key[order]
-            is_start = np.empty(sorted_key.size, dtype=bool)
-            is_start[0] = True
-            np.not_equal(sorted_key[1:], sorted_key[:-1], out=is_start[1:])
+            starts, counts, local_face = _sorted_groups(key[order], order)
         else:
             order = np.lexsort((s[:, 2], s[:, 1], s[:, 0]))
-            ss = s[order]
-            is_start = np.empty(ss.shape[0], dtype=bool)
-            is_start[0] = True
-            np.any(ss[1:] != ss[:-1], axis=1, out=is_start[1:])
-        starts = np.flatnonzero(is_start)
-        counts = np.diff(np.append(starts, order.size))
-        face_of_sorted = np.cumsum(is_start) - 1
-        local_face = np.empty(4 * m, dtype=np.int64)
-        local_face[order] = face_of_sorted
+            starts, counts, local_face = _sorted_groups(s[order], order)
         even_count = np.bincount(local_face, weights=even, minlength=starts.size).astype(np.int64)
 
         over = np.flatnonzero(counts > 2)
@@ -299,16 +220,7 @@ class TetMesh:
         Raises:
             MeshError: missing file, unsupported extension, unreadable file, no linear tets, or an invalid mesh.
         """
-        p = pathlib.Path(path)
-        ext = p.suffix.lower()
-        if ext not in _SUPPORTED_EXTENSIONS:
-            raise MeshError(
-                f"{p}: unsupported tet mesh file extension {p.suffix!r}; supported: {', '.join(_SUPPORTED_EXTENSIONS)}"
-            )
-        if not p.exists():
-            raise MeshError(f"{p}: mesh file not found (resolved: {p.resolve()}); expected an existing {ext} file")
-        if not p.is_file():
-            raise MeshError(f"{p}: not a regular file; expected a {ext} tet mesh file")
+        p, ext = _check_mesh_file(path, _SUPPORTED_EXTENSIONS, _TETRAHEDRA)
         meshio = _meshio(p)
         try:
             # the format's own reader: meshio.read() would try other formats and call sys.exit() when all fail
@@ -379,36 +291,14 @@ class TetMesh:
             MeshError: unsupported extension.
             FileNotFoundError: the destination folder does not exist.
         """
-        p = pathlib.Path(path)
-        ext = p.suffix.lower()
-        if ext not in _SUPPORTED_EXTENSIONS:
-            raise MeshError(
-                f"{p}: cannot save: unsupported extension {p.suffix!r}; supported: {', '.join(_SUPPORTED_EXTENSIONS)}"
-            )
-        if not p.parent.is_dir():
-            raise FileNotFoundError(f"{p}: cannot save: folder {p.parent} does not exist")
+        p, ext = _check_save_path(path, _SUPPORTED_EXTENSIONS)
+        _check_folder(p)
         meshio = _meshio(p)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.stem}.", suffix=ext, dir=p.parent)
-        os.close(fd)
-        try:
-            out = meshio.Mesh(self._vertices, [("tetra", self._tets)])
-            if ext == ".msh":
-                meshio.write(tmp, out, file_format="gmsh", binary=False)
-            else:
-                meshio.write(tmp, out, file_format=_MESHIO_FORMATS[ext])
-            os.chmod(tmp, new_file_mode())  # mkstemp creates 0600
-            os.replace(tmp, p)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        out = meshio.Mesh(self._vertices, [("tetra", self._tets)])
+        options = {"file_format": "gmsh", "binary": False} if ext == ".msh" else {"file_format": _MESHIO_FORMATS[ext]}
+        _atomic_write(p, lambda tmp: meshio.write(tmp, out, **options), suffix=ext)  # meshio wants the extension
 
     # ------------------------------------------------------------------ counts and stencils
-
-    @property
-    def vertex_count(self) -> int:
-        """Number of vertices n."""
-        return self._vertices.shape[0]
 
     @property
     def tet_count(self) -> int:
@@ -424,11 +314,6 @@ class TetMesh:
     def edge_count(self) -> int:
         """Number of undirected edges."""
         return self.edges.shape[0]
-
-    @property
-    def vertices(self) -> np.ndarray:
-        """Vertex positions, float64, shape (vertex_count, 3), C-contiguous, read-only."""
-        return self._vertices
 
     @property
     def tets(self) -> np.ndarray:
@@ -461,11 +346,6 @@ class TetMesh:
         n = self.vertex_count
         key = np.unique(pairs[:, 0] * n + pairs[:, 1])
         return _readonly(np.stack(np.divmod(key, n), axis=1).astype(np.int32))
-
-    @functools.cached_property
-    def vertex_indices(self) -> np.ndarray:
-        """Per-vertex stencil (V): ``arange(vertex_count)``, int32, shape (vertex_count, 1)."""
-        return _readonly(np.arange(self.vertex_count, dtype=np.int32).reshape(-1, 1))
 
     @functools.cached_property
     def boundary_faces(self) -> np.ndarray:
@@ -511,16 +391,6 @@ class TetMesh:
         return self._boundary_mesh
 
     # ------------------------------------------------------------------ geometry
-
-    def _positions(self, x) -> np.ndarray:
-        if x is None:
-            return self._vertices
-        if hasattr(x, "numpy") and not isinstance(x, np.ndarray):  # e.g. a wp.array of vec3d
-            x = x.numpy()
-        x = np.asarray(x, dtype=np.float64)
-        if x.shape != (self.vertex_count, 3):
-            raise MeshError(f"{self.source}: positions have shape {x.shape}; expected ({self.vertex_count}, 3)")
-        return x
 
     def rest_matrices(self, x=None) -> np.ndarray:
         """Per-tet matrix ``Dm = [x_b - x_a, x_c - x_a, x_d - x_a]`` (edge vectors as columns), float64, shape
@@ -578,15 +448,6 @@ class TetMesh:
         """
         vol = self.volumes(x)
         return np.bincount(self._tets.ravel(), weights=np.repeat(vol / 4.0, 4), minlength=self.vertex_count)
-
-    def bounding_box(self, x=None) -> tuple[np.ndarray, np.ndarray]:
-        """Axis-aligned bounds ``(min, max)``, each float64 of shape (3,).
-
-        Args:
-            x: positions, shape (vertex_count, 3); defaults to `vertices`.
-        """
-        x = self._positions(x)
-        return x.min(axis=0), x.max(axis=0)
 
     def __repr__(self) -> str:
         return (
