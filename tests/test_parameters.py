@@ -9,6 +9,8 @@ import warp as wp
 import warp_meshad as wm
 from warp_meshad.kernels import ad
 
+pytestmark = pytest.mark.device  # problems and arrays made without a device go to $WARP_MESHAD_TEST_DEVICE
+
 
 @wp.struct
 class SpringParams:

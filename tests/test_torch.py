@@ -225,22 +225,23 @@ def test_importing_warp_meshad_does_not_import_torch():
     assert sorted(wmt.__all__) == ["energy", "gradient", "minimize"]
 
 
-def test_minimize_is_differentiable_in_the_parameters():
+def test_minimize_is_differentiable_in_the_parameters(device):
     """x*(theta) of a hanging cloth (springs: per-edge rest lengths and a shared stiffness): torch's gradcheck of
     the implicit-differentiation backward against central differences of whole solves."""
     from test_parameters import hanging_cloth
 
     mesh, X, p, top = hanging_cloth(3)
     theta = torch.tensor(p.get_parameters(), dtype=torch.float64, requires_grad=True)
-    x0 = torch.tensor(X, dtype=torch.float64)
+    assert str(p.device) == device
+    x0 = torch.tensor(X, dtype=torch.float64, device=device)
     solver = wm.NewtonSolver(p, linear_solver="scipy", fixed=top)
-    weights = torch.tensor(np.random.default_rng(0).normal(size=X.shape))
+    weights = torch.tensor(np.random.default_rng(0).normal(size=X.shape), device=device)
 
     def loss(t):
         return (wmt.minimize(p, t, x0, solver=solver) * weights).sum()
 
     x_star = wmt.minimize(p, theta, x0, solver=solver)
-    np.testing.assert_allclose(x_star[top].detach().numpy(), X[top])  # the pins held
+    np.testing.assert_allclose(x_star[top].detach().cpu().numpy(), X[top])  # the pins held
     assert torch.autograd.gradcheck(loss, (theta,), eps=1e-4, atol=1e-6, rtol=1e-4)
     with pytest.raises(ValueError, match=r"1-d torch.Tensor of problem.parameter_count = %d" % p.parameter_count):
         wmt.minimize(p, theta[:-1], x0, solver=solver)
