@@ -158,8 +158,8 @@ def hanging_cloth(n=5):
     return mesh, X, p, top
 
 
-def solve(p, X, top):
-    s = wm.NewtonSolver(p, linear_solver="scipy", fixed=top)
+def solve(p, X, top, solver=None):
+    s = solver or wm.NewtonSolver(p, linear_solver="scipy", fixed=top)
     r = s.solve(wp.array(X, dtype=wp.vec3d), max_iterations=100, tolerance=1e-14, gradient_tolerance=1e-11)
     assert r.converged, r
     return r.x
@@ -193,6 +193,19 @@ def test_implicit_gradient_matches_finite_differences_of_the_whole_solve():
     # several losses share one call
     both = wm.implicit_gradient(p, x_star, [dL, 2.0 * dL], fixed=top)
     np.testing.assert_allclose(both, np.stack([grad, 2.0 * grad]), rtol=1e-9, atol=1e-14)
+    # the solve's own back-end, its factors reused: an exact Newton solve that stopped on its decrement factored
+    # H(x*) last, so they give the same gradient without a factorization (a projected one would give an approximation)
+    newton = wm.NewtonSolver(p, linear_solver="qdldl", fixed=top, project_hessian=False)
+    x_star2 = solve(p, X, top, newton)
+    _, dL2 = loss(x_star2)
+    ref = wm.implicit_gradient(p, x_star2, dL2, fixed=top)
+    np.testing.assert_allclose(ref, grad, rtol=1e-4, atol=1e-9)  # another minimizer within the solve's tolerance
+    calls = []
+    newton.linear_solver.solve = lambda *a: calls.append(a)  # a factorization would come through here
+    reused = wm.implicit_gradient(p, x_star2, dL2, fixed=top, linear_solver=newton.linear_solver,
+                                  reuse_factorization=True)  # fmt: skip
+    assert not calls
+    np.testing.assert_allclose(reused, ref, rtol=1e-8, atol=1e-13)
 
 
 def test_implicit_gradient_through_a_tet_bar_solve():

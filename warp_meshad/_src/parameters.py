@@ -192,7 +192,9 @@ class ParameterDerivatives:
         return self.matrix
 
 
-def implicit_gradient(problem, x_star, dL_dx, fixed=None, linear_solver="auto", hessian: str = "exact"):
+def implicit_gradient(
+    problem, x_star, dL_dx, fixed=None, linear_solver="auto", hessian: str = "exact", reuse_factorization: bool = False
+):
     """Gradient of a loss L(x*(theta)) in the parameters theta, x* a minimizer of the problem's energy.
 
     One adjoint solve ``H lambda = dL/dx`` with the Hessian at ``x_star`` (one factorization, reused for
@@ -207,9 +209,15 @@ def implicit_gradient(problem, x_star, dL_dx, fixed=None, linear_solver="auto", 
             variable_dim) (or (variable_count,) for scalar variables), or a list of those (several losses).
         fixed: indices of the variables held fixed in the solve (sequence, numpy or wp.array of ints, as the
             solvers' ``fixed``), or None.
-        linear_solver: a back-end name for :func:`~warp_meshad.make_linear_solver` or a LinearSolver.
+        linear_solver: a back-end name for :func:`~warp_meshad.make_linear_solver`, or a LinearSolver: pass the one
+            of the solve (``NewtonSolver(...).linear_solver``) to reuse its ordering and symbolic analysis (cuDSS's
+            ``plan``, QDLDL's AMD ordering: the expensive part); only the numbers of H(x*) are factored again.
         hessian: ``"exact"`` (the true Hessian at x*; the default) or ``"clamp"`` (element Hessians projected
             to PSD, as projected Newton factors: only an approximation where an element Hessian is indefinite).
+        reuse_factorization: also reuse the numbers: solve with the factors ``linear_solver`` kept from its last
+            solve (SciPy, QDLDL, cuDSS keep them; other back-ends factor), without factoring H(x*). Exact where that
+            last matrix was H(x*) itself, as after a Newton solve without projection that stopped on its decrement
+            (it factors at x*, then stops); a projected solve factored the projected Hessian, an approximation.
 
     Returns:
         numpy float64 array (parameter_count,) (or (losses, parameter_count) for a list of losses).
@@ -242,9 +250,9 @@ def implicit_gradient(problem, x_star, dL_dx, fixed=None, linear_solver="auto", 
         if fixed is not None:
             b = zero_fixed_rows(b, fixed)
         lam = wp.zeros_like(b)
-        if i == 0:
+        if i == 0 and not reuse_factorization:
             solver.solve(H, b, lam)
-        else:  # the factorization of the first solve
+        else:  # the factors of the first solve (or, reuse_factorization, of the linear solver's last one)
             solver.resolve(H, b, lam)
         y = wps.bsr_mv(M, lam, transpose=True)
         out.append(-y.numpy().astype(np.float64))

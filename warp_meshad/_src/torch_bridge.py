@@ -355,7 +355,8 @@ def minimize(
             is exact only where g(x*) = 0, and the error of x* carries into it: by default the solve stops on the
             gradient norm (1e-10) alone (a Newton decrement of 1e-12 still leaves |g| ~ 1e-6, and the energy change
             the same).
-        linear_solver: back-end of the default solver and of the adjoint solve.
+        linear_solver: back-end of the default solver; the adjoint solve of the backward uses the solver's own
+            back-end object (reusing its ordering and symbolic analysis), or this name for a solver without one.
 
     Returns:
         x*, a fresh tensor of ``x0``'s shape, dtype and device.
@@ -383,4 +384,6 @@ def minimize(
         return solver.solve(x, max_iterations=max_iterations, tolerance=tolerance, gradient_tolerance=gradient_tolerance,
                             energy_tolerance=energy_tolerance)
 
-    return _Minimizer.apply(problem, run, fixed, linear_solver, theta, x0)
+    # the backward's adjoint solve reuses the solver's back-end (its ordering and symbolic analysis) where it has one
+    adjoint = getattr(solver, "linear_solver", None) or linear_solver
+    return _Minimizer.apply(problem, run, fixed, adjoint, theta, x0)
