@@ -165,6 +165,21 @@ def solve(p, X, top, solver=None):
     return r.x
 
 
+def check_against_whole_solves(p, X, fixed, loss, grad, directions, h):
+    """grad . direction against the central difference (L(theta + h d) - L(theta - h d)) / 2h, each L after a whole
+    solve from X; theta is put back after each."""
+    theta = p.get_parameters()
+    for direction in directions:
+        p.set_parameters(theta + h * direction)
+        Lp, _ = loss(solve(p, X, fixed))
+        p.set_parameters(theta - h * direction)
+        Lm, _ = loss(solve(p, X, fixed))
+        p.set_parameters(theta)
+        fd = (Lp - Lm) / (2 * h)
+        assert abs(fd) > 1e-6
+        np.testing.assert_allclose(grad @ direction, fd, rtol=1e-5)
+
+
 def test_implicit_gradient_matches_finite_differences_of_the_whole_solve():
     mesh, X, p, top = hanging_cloth()
     target = X + np.array([0.0, 0.0, -0.05])
@@ -179,17 +194,9 @@ def test_implicit_gradient_matches_finite_differences_of_the_whole_solve():
     grad = wm.implicit_gradient(p, x_star, dL, fixed=top)
     assert grad.shape == (p.parameter_count,)
     rng = np.random.default_rng(0)
-    h = 1e-5
-    for direction in (rng.normal(size=theta.size), np.eye(theta.size)[-1], np.eye(theta.size)[3]):
-        direction = direction / np.linalg.norm(direction)
-        p.set_parameters(theta + h * direction)
-        Lp, _ = loss(solve(p, X, top))
-        p.set_parameters(theta - h * direction)
-        Lm, _ = loss(solve(p, X, top))
-        p.set_parameters(theta)
-        fd = (Lp - Lm) / (2 * h)
-        assert abs(fd) > 1e-6
-        np.testing.assert_allclose(grad @ direction, fd, rtol=1e-5)
+    directions = [d / np.linalg.norm(d) for d in (rng.normal(size=theta.size), np.eye(theta.size)[-1],
+                                                   np.eye(theta.size)[3])]  # fmt: skip
+    check_against_whole_solves(p, X, top, loss, grad, directions, h=1e-5)
     # several losses share one call
     both = wm.implicit_gradient(p, x_star, [dL, 2.0 * dL], fixed=top)
     np.testing.assert_allclose(both, np.stack([grad, 2.0 * grad]), rtol=1e-9, atol=1e-14)
@@ -238,14 +245,6 @@ def test_implicit_gradient_through_a_tet_bar_solve():
     assert np.abs(x_star.numpy()[:, 2] - X[:, 2]).max() > 0.05  # it sags
     _, dL = loss(x_star)
     grad = wm.implicit_gradient(p, x_star, dL, fixed=pinned)
-    h = 1e-6
     rng = np.random.default_rng(2)
-    for direction in (np.eye(theta.size)[-1] * theta[-1], rng.normal(size=theta.size) * theta):
-        p.set_parameters(theta + h * direction)
-        Lp, _ = loss(solve(p, X, pinned))
-        p.set_parameters(theta - h * direction)
-        Lm, _ = loss(solve(p, X, pinned))
-        p.set_parameters(theta)
-        fd = (Lp - Lm) / (2 * h)
-        assert abs(fd) > 1e-6
-        np.testing.assert_allclose(grad @ direction, fd, rtol=1e-5)
+    directions = [np.eye(theta.size)[-1] * theta[-1], rng.normal(size=theta.size) * theta]
+    check_against_whole_solves(p, X, pinned, loss, grad, directions, h=1e-6)

@@ -11,7 +11,7 @@ import numpy as np
 import warp as wp
 import warp.sparse as wps
 
-__all__ = ["apply_dirichlet", "fixed_mask_from_indices", "zero_fixed_rows"]
+__all__ = ["apply_dirichlet", "fixed_indices", "fixed_mask_from_indices", "zero_fixed_rows"]
 
 _MASK_DTYPES = (wp.int32, wp.uint8, wp.bool)
 
@@ -179,6 +179,15 @@ def apply_dirichlet(A: wps.BsrMatrix, b: wp.array | None, fixed: wp.array, diago
         )
     if b is not None:
         zero_fixed_rows(b, fixed)
+
+
+def fixed_indices(fixed) -> np.ndarray | None:
+    """The sorted unique indices of a ``fixed=`` argument (sequence, numpy or wp.array of ints), or None for None or
+    no index."""
+    if fixed is None:
+        return None
+    idx = np.unique(np.asarray(fixed.numpy() if isinstance(fixed, wp.array) else fixed, dtype=np.int64).reshape(-1))
+    return idx if idx.size else None
 
 
 def fixed_mask_from_indices(indices, variable_count: int, device=None) -> wp.array:

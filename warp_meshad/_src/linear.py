@@ -381,7 +381,8 @@ class ScipySolver(LinearSolver):
         self.symmetric = bool(symmetric)
         self.ordering = ordering
         self._csr = None
-        self._lu = None  # the last factorization (resolve)
+        self._lu = None  # the last factorization (resolve) and the pattern it belongs to
+        self._lu_of = None
 
     def solve(self, A, b, x):
         _check_system(A, b, x)
@@ -432,12 +433,12 @@ class ScipySolver(LinearSolver):
             mat = sps.csr_matrix((data, self._host_indices, self._host_indptr), shape=(n, n)).tocsc()
             options = {}
             pivot = 1.0
-        self._lu = None
+        self._lu = self._lu_of = None
         try:
             lu = spla.splu(mat, permc_spec=self.ordering, diag_pivot_thresh=pivot, options=options)
         except RuntimeError as exc:  # "Factor is exactly singular"
             raise LinearSolveError(f"scipy: factorization failed: {exc}") from exc
-        self._lu = (_pattern_key(A), lu)
+        self._lu, self._lu_of = lu, _pattern_key(A)
         factor_ms = (time.perf_counter() - t0) * 1000.0
 
         t0 = time.perf_counter()
@@ -446,18 +447,13 @@ class ScipySolver(LinearSolver):
         solve_ms = _ms_since(t0, device)
         return LinearSolveInfo("scipy", 1, self._residual(A, b, x), analysis_ms, factor_ms, solve_ms)
 
-    def _kept(self, A, factor):
-        """``factor`` if it is the last factorization of A's pattern, else None."""
-        return factor[1] if factor is not None and factor[0] == _pattern_key(A) else None
-
     def resolve(self, A, b, x):
         _check_system(A, b, x)
-        lu = self._kept(A, self._lu)
-        if lu is None:
+        if self._lu is None or self._lu_of != _pattern_key(A):
             return self.solve(A, b, x)
         t0 = time.perf_counter()
-        rhs = b.numpy().reshape(-1).astype(self._csr.data.numpy().dtype, copy=False)
-        self._write_solution(A, x, lu.solve(rhs))
+        rhs = b.numpy().reshape(-1).astype(wp.dtype_to_numpy(A.scalar_type), copy=False)
+        self._write_solution(A, x, self._lu.solve(rhs))
         return LinearSolveInfo("scipy", 1, self._residual(A, b, x), 0.0, 0.0, _ms_since(t0, A.device))
 
 
@@ -545,7 +541,7 @@ class QdldlSolver(ScipySolver):
         b_norm = max(float(np.linalg.norm(rhs)), np.finfo(np.float64).tiny)
         if residual > self.residual_tolerance * b_norm:
             return self._fall_back(A, b, x, analysis_ms, f"relative residual {residual / b_norm:.1e}")
-        self._lu = None
+        self._lu = self._lu_of = None
         self._ldl_of = _pattern_key(A)
         return LinearSolveInfo(self.name, 1, residual, analysis_ms, factor_ms, solve_ms)
 
@@ -555,7 +551,7 @@ class QdldlSolver(ScipySolver):
             return super().resolve(A, b, x)  # the last call fell back to SuperLU (its factors), or none yet
         t0 = time.perf_counter()
         sol = self._ldl.solve(b.numpy().reshape(-1).astype(np.float64, copy=False))
-        self._write_solution(A, x, sol.astype(self._csr.data.numpy().dtype, copy=False))
+        self._write_solution(A, x, sol.astype(wp.dtype_to_numpy(A.scalar_type), copy=False))
         return LinearSolveInfo(self.name, 1, self._residual(A, b, x), 0.0, 0.0, _ms_since(t0, A.device))
 
     def _fall_back(self, A, b, x, analysis_ms, why: str) -> LinearSolveInfo:
@@ -829,6 +825,7 @@ class CudssSolver(_GpuCsrSolver):
         self.matrix_type = matrix_type
         self.reordering = reordering
         self._solver = None
+        self._factored = None  # the pattern the solver's factors belong to (resolve)
         self._quiet = logging.getLogger("warp_meshad.linear.cudss")
         if self._quiet.level == logging.NOTSET:
             self._quiet.setLevel(logging.ERROR)
@@ -910,7 +907,7 @@ class CudssSolver(_GpuCsrSolver):
 
     def resolve(self, A, b, x):
         _check_system(A, b, x)
-        if self._solver is None or getattr(self, "_factored", None) != _pattern_key(A):
+        if self._solver is None or self._factored != _pattern_key(A):
             return self.solve(A, b, x)
         cp = self._cp
         stream = wp.get_stream(A.device).cuda_stream

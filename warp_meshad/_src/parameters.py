@@ -47,14 +47,14 @@ class ParameterField:
         dual_offset: first dual entry of the field in the ``mixed`` kernel (after the element's k variables).
     """
 
-    def __init__(self, term, name, per_element, shape, offset, count, dual_offset, value_type):
+    def __init__(self, term, name, per_element, shape, offset, element_count, dual_offset, value_type):
         self.term = term
         self.name = name
         self.per_element = per_element
         self.shape = shape
         self.size = int(np.prod(shape)) if shape else 1
         self.offset = offset
-        self.count = count
+        self.count = element_count * self.size if per_element else self.size
         self.dual_offset = dual_offset
         self.value_type = value_type
 
@@ -117,7 +117,7 @@ def describe_parameters(term, names, scalar, first_offset: int, k: int, what: st
                     f"{what}(parameters=...): per-element field {name!r} must be a 1-d array of {m} values (one per "
                     f"element), each {_SEEDABLE} of {scalar.__name__}; got {got}"
                 )
-            f = ParameterField(term.index, name, True, shape, offset, m * (int(np.prod(shape)) if shape else 1), dual, t.dtype)
+            f = ParameterField(term.index, name, True, shape, offset, m, dual, t.dtype)
         else:
             shape = _value_shape(t, scalar)
             if shape is None:
@@ -125,7 +125,7 @@ def describe_parameters(term, names, scalar, first_offset: int, k: int, what: st
                     f"{what}(parameters=...): field {name!r} must be a per-element array or {_SEEDABLE} of "
                     f"{scalar.__name__}; it is {wp.types.type_repr(t)}"
                 )
-            f = ParameterField(term.index, name, False, shape, offset, int(np.prod(shape)) if shape else 1, dual, t)
+            f = ParameterField(term.index, name, False, shape, offset, m, dual, t)
         fields.append(f)
         offset += f.count
         dual += f.size
@@ -222,7 +222,7 @@ def implicit_gradient(
     Returns:
         numpy float64 array (parameter_count,) (or (losses, parameter_count) for a list of losses).
     """
-    from .constraints import apply_dirichlet, fixed_mask_from_indices, zero_fixed_rows
+    from .constraints import apply_dirichlet, fixed_indices, fixed_mask_from_indices, zero_fixed_rows
     from .linear import LinearSolver, make_linear_solver
 
     if problem.parameter_count == 0:
@@ -236,10 +236,9 @@ def implicit_gradient(
         _, _, H = problem.eval_with_hessian(x_star)
     else:
         _, _, H = problem.eval_with_hessian_proj(x_star, mode="clamp")
-    _, _, M = problem.eval_parameter_derivatives(x_star)  # before H is used: both buffers are the problem's own
-    if fixed is not None:
-        idx = np.asarray(fixed.numpy() if isinstance(fixed, wp.array) else fixed, dtype=np.int64).reshape(-1)
-        fixed = fixed_mask_from_indices(idx, problem.variable_count, problem.device) if idx.size else None
+    _, _, M = problem.eval_parameter_derivatives(x_star)
+    idx = fixed_indices(fixed)
+    fixed = None if idx is None else fixed_mask_from_indices(idx, problem.variable_count, problem.device)
     if fixed is not None:
         apply_dirichlet(H, None, fixed)
     solver = linear_solver if isinstance(linear_solver, LinearSolver) else make_linear_solver(

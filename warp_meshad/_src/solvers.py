@@ -32,7 +32,7 @@ import numpy as np
 import warp as wp
 import warp.sparse as wps
 
-from .constraints import apply_dirichlet, fixed_mask_from_indices, zero_fixed_rows
+from .constraints import apply_dirichlet, fixed_indices, fixed_mask_from_indices, zero_fixed_rows
 from .line_search import armijo, axpy_into
 from .linear import LinearSolveError, LinearSolver, make_linear_solver
 
@@ -233,10 +233,7 @@ class _Driver:
         self.armijo_c = float(armijo_c)
         self.step_bound_fn = step_bound_fn
         n = problem.variable_count
-        self.fixed_indices = None if fixed is None else np.unique(np.asarray(
-            fixed.numpy() if isinstance(fixed, wp.array) else fixed, dtype=np.int64).reshape(-1))
-        if self.fixed_indices is not None and self.fixed_indices.size == 0:
-            self.fixed_indices = None
+        self.fixed_indices = fixed_indices(fixed)
         self.fixed_mask = (
             None if self.fixed_indices is None else fixed_mask_from_indices(self.fixed_indices, n, problem.device)
         )

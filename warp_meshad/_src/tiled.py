@@ -114,21 +114,20 @@ def _patch_ends(offsets: wp.array(dtype=wp.int64), cap: wp.int64, row_cap: int, 
     ends[r] = lo
 
 
-def _row_patches(offsets: np.ndarray, cap: int, row_cap: int = 0, device=None) -> np.ndarray | None:
+def _row_patches(offsets: np.ndarray, offsets_d: wp.array, cap: int, row_cap: int = 0) -> np.ndarray | None:
     """Greedy cut of rows into runs of at most ``cap`` blocks (and ``row_cap`` rows, where > 0); None when
     one row alone is larger.
 
-    Every row's end, were a patch to start there, is found at once on ``device`` (a binary search per row); the host
-    then follows the chain of ends from row 0 (plain lookups: ~2 ms for 8k patches, where a search per patch on the
-    host took 25 ms at 1000x1000 mass-spring).
+    Every row's end, were a patch to start there, is found at once on the device of ``offsets_d`` (the int64
+    ``offsets`` there; a binary search per row); the host then follows the chain of ends from row 0 (plain lookups:
+    ~2 ms for 8k patches, where a search per patch on the host took 25 ms at 1000x1000 mass-spring).
     """
     counts = np.diff(offsets)
     if counts.size == 0 or counts.max() > cap:
         return None
     n = counts.size
-    off = wp.array(np.asarray(offsets, dtype=np.int64), dtype=wp.int64, device=device)
-    ends_d = wp.empty(n, dtype=wp.int32, device=device)
-    wp.launch(_patch_ends, dim=n, inputs=[off, wp.int64(cap), int(row_cap), ends_d], device=device)
+    ends_d = wp.empty(n, dtype=wp.int32, device=offsets_d.device)
+    wp.launch(_patch_ends, dim=n, inputs=[offsets_d, wp.int64(cap), int(row_cap), ends_d], device=offsets_d.device)
     ends = ends_d.numpy()
     bounds = [0]
     b = 0
@@ -405,7 +404,8 @@ def _sort(keys: wp.array, values: wp.array, count: int, end_value: int) -> None:
 
 
 def _runs(keys: wp.array, count: int, device):
-    """Run structure of ``count`` sorted int64 keys: (flags, inclusive run index, run starts + end, run count)."""
+    """Run structure of ``count`` sorted int64 keys: (each key's run, 1-based (an inclusive scan of the run starts);
+    the runs' first keys, then ``count``; the number of runs)."""
     from .pattern_device import _first_of_run
 
     flags = wp.empty(count, dtype=wp.int32, device=device)
@@ -534,7 +534,8 @@ def _term_rounds(te: _TermEntries, el: wp.array, patch_of: wp.array, n: int, pat
     cells = patch_count * width
     counts = te.cell_counts(patch_count, best, width)  # (cells + 1,), the last cell empty
     cell_start = _scan(counts, inclusive=False)
-    per_cell = wp.array((counts.numpy() + block_dim - 1) // block_dim, dtype=wp.int32, device=device)
+    counts_np = counts.numpy()
+    per_cell = wp.array((counts_np + block_dim - 1) // block_dim, dtype=wp.int32, device=device)
     round_base = _scan(per_cell, inclusive=False)
     total_rounds = _last(round_base)
     round_start = wp.empty(total_rounds + 1, dtype=wp.int32, device=device)
@@ -543,7 +544,7 @@ def _term_rounds(te: _TermEntries, el: wp.array, patch_of: wp.array, n: int, pat
     patch_round_start = wp.empty(patch_count + 1, dtype=wp.int32, device=device)
     wp.launch(_patch_first_round, dim=patch_count + 1, inputs=[round_base, width, patch_round_start], device=device)
 
-    per_patch = counts.numpy()[:cells].reshape(patch_count, width)
+    per_patch = counts_np[:cells].reshape(patch_count, width)
     entry_start = np.zeros(patch_count + 1, dtype=np.int32)
     np.cumsum(per_patch.sum(axis=1), out=entry_start[1:])
     # one layer's entries per row of its patch (the densest layer of each patch, 90th percentile over patches)
@@ -551,7 +552,7 @@ def _term_rounds(te: _TermEntries, el: wp.array, patch_of: wp.array, n: int, pat
     return entries, wp.array(entry_start, dtype=wp.int32, device=device), round_start, patch_round_start, total_rounds, density
 
 
-def _plan_terms(offsets, bounds, element_arrays, n: int, rounds: bool, block_dim: int, device) -> dict:
+def _plan_terms(bounds, element_arrays, n: int, rounds: bool, block_dim: int, device) -> dict:
     """Per term, the elements of each patch (and with ``rounds``, their rounds) for patches ``bounds``.
 
     Returns a dict with the lists ``entries``, ``starts``, ``evals``, ``rounds`` (see :class:`TilePlan`),
@@ -614,7 +615,7 @@ def build_tile_plan(
     offsets = np.asarray(offsets, dtype=np.int64)
     n = offsets.size - 1
     els = [e if isinstance(e, wp.array) and e.device == device
-           else wp.array(np.ascontiguousarray(np.asarray(e if not isinstance(e, wp.array) else e.numpy()), dtype=np.int32),
+           else wp.array(np.ascontiguousarray(e.numpy() if isinstance(e, wp.array) else e, dtype=np.int32),
                          dtype=wp.int32, device=device)
            for e in element_arrays]  # fmt: skip
     row_cap = 0
@@ -624,21 +625,21 @@ def build_tile_plan(
         cap, row_cap = det_tile_capacity(block_type, var_type, offsets[-1] / max(n, 1))
     else:
         cap = tile_capacity(block_type)
-    bounds = _row_patches(offsets, cap, row_cap, device)
+    offsets_d = wp.array(offsets, dtype=wp.int64, device=device)
+    bounds = _row_patches(offsets, offsets_d, cap, row_cap)
     if bounds is None:
         return None
-    with wp.ScopedDevice(device):
-        terms = _plan_terms(offsets, bounds, els, n, rounds, block_dim, device)
-        if rounds and terms["density"] > 0:
-            # a layer larger than a round takes a second, nearly empty one: where the densest layer outgrows
-            # block_dim, patches of fewer rows may take fewer rounds in all (mass-spring grid, 3x3 float32:
-            # 3 rounds per patch of 128 rows instead of 5 per patch of 139); keep whichever plan has fewer
-            fewer = int(block_dim / terms["density"])
-            if 0 < fewer < row_cap:
-                bounds2 = _row_patches(offsets, cap, fewer, device)
-                terms2 = _plan_terms(offsets, bounds2, els, n, rounds, block_dim, device)
-                if terms2["round_total"] < terms["round_total"]:
-                    bounds, terms, row_cap = bounds2, terms2, fewer
+    terms = _plan_terms(bounds, els, n, rounds, block_dim, device)
+    if rounds and terms["density"] > 0:
+        # a layer larger than a round takes a second, nearly empty one: where the densest layer outgrows
+        # block_dim, patches of fewer rows may take fewer rounds in all (mass-spring grid, 3x3 float32:
+        # 3 rounds per patch of 128 rows instead of 5 per patch of 139); keep whichever plan has fewer
+        fewer = int(block_dim / terms["density"])
+        if 0 < fewer < row_cap:
+            bounds2 = _row_patches(offsets, offsets_d, cap, fewer)
+            terms2 = _plan_terms(bounds2, els, n, rounds, block_dim, device)
+            if terms2["round_total"] < terms["round_total"]:
+                bounds, terms, row_cap = bounds2, terms2, fewer
     block_start = wp.array(offsets[bounds].astype(np.int32), dtype=wp.int32, device=device)
     return TilePlan(
         cap, row_cap, block_start, terms["bounds"], terms["entries"], terms["starts"], terms["evals"],

@@ -212,6 +212,11 @@ class _HessianVectorProduct(torch.autograd.Function):
         )
 
 
+def _set_theta(problem: Problem, theta: torch.Tensor) -> None:
+    """Write theta (any float dtype and device) into the problem's parameter fields, through the host."""
+    problem.set_parameters(theta.detach().to("cpu", torch.float64).numpy())
+
+
 class _Minimizer(torch.autograd.Function):
     """x*(theta), a minimizer of the problem's energy with parameters theta; backward by implicit differentiation.
 
@@ -223,7 +228,7 @@ class _Minimizer(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, problem: Problem, run, fixed, linear_solver, theta: torch.Tensor, x0: torch.Tensor):
-        problem.set_parameters(theta.detach().to("cpu", torch.float64).numpy())
+        _set_theta(problem, theta)
         with _on_torch_stream(x0):
             result = run(_as_warp(problem, x0))
         if not result.converged:
@@ -244,7 +249,7 @@ class _Minimizer(torch.autograd.Function):
 
         theta, x_star = ctx.saved_tensors
         problem = ctx.problem
-        problem.set_parameters(theta.detach().to("cpu", torch.float64).numpy())
+        _set_theta(problem, theta)
         dL_dx = grad_output.detach().to("cpu", torch.float64).numpy()
         with _on_torch_stream(x_star):
             g = implicit_gradient(problem, _as_warp(problem, x_star), dL_dx, fixed=ctx.fixed,
