@@ -12,5 +12,5 @@ or from Python::
     app.run()
     app.check_final()
 
-See :mod:`warp_meshad._src.app` for the config rules, the runner and its outputs.
+See :mod:`warp_meshad._src.app.framework` for the config rules, the runner and its outputs.
 """

@@ -31,8 +31,8 @@ import numpy as np
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app import App as _AppBase
-from warp_meshad._src.app import AppConfig, ConfigError
+from warp_meshad._src.app.framework import App as _AppBase
+from warp_meshad._src.app.framework import AppConfig, ConfigError
 from warp_meshad.kernels.energies import ArapData, arap
 
 __all__ = ["App", "ArapConfig", "cotangent_weights", "handle_targets"]

@@ -21,9 +21,9 @@ import numpy as np
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app import App as _AppBase
-from warp_meshad._src.app import AppConfig, ConfigError
-from warp_meshad._src.time_integration import add_inertia_gravity, predict_positions, update_velocities
+from warp_meshad._src.app.framework import App as _AppBase
+from warp_meshad._src.app.framework import AppConfig, ConfigError
+from warp_meshad._src.solve.time_integration import add_inertia_gravity, predict_positions, update_velocities
 from warp_meshad.kernels.energies import MassSpringData, MassSpringDataF, mass_spring, mass_spring_f32
 from warp_meshad.kernels.energies.sphere_barrier import (
     SphereBarrierData,

@@ -35,8 +35,8 @@ import numpy as np
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app import App as _AppBase
-from warp_meshad._src.app import AppConfig, ConfigError
+from warp_meshad._src.app.framework import App as _AppBase
+from warp_meshad._src.app.framework import AppConfig, ConfigError
 from warp_meshad.kernels.energies.polycurl import PolyCurlData, polycurl, polyvector_smoothness
 from warp_meshad.kernels.energies.polyvector_barrier import (
     PolyVectorFaceData,

@@ -30,8 +30,8 @@ import numpy as np
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app import App as _AppBase
-from warp_meshad._src.app import AppConfig, ConfigError
+from warp_meshad._src.app.framework import App as _AppBase
+from warp_meshad._src.app.framework import AppConfig, ConfigError
 from warp_meshad.kernels.energies.sphere_embedding import SphereEmbeddingData, sphere_embedding, sphere_retract
 
 __all__ = ["App", "ManifoldOptConfig", "face_volumes", "initial_sphere_embedding"]

@@ -30,8 +30,8 @@ import numpy as np
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app import App as _AppBase
-from warp_meshad._src.app import AppConfig
+from warp_meshad._src.app.framework import App as _AppBase
+from warp_meshad._src.app.framework import AppConfig
 from warp_meshad.kernels.energies import SymmetricDirichletData, symmetric_dirichlet
 
 __all__ = ["App", "ParamConfig", "face_distortion", "signed_uv_areas"]

@@ -50,12 +50,12 @@ import numpy as np
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app import App as _AppBase
-from warp_meshad._src.app import AppConfig
-from warp_meshad._src.contact import ContactSearch, edge_edge_mollifier_thresholds, max_step, plane_max_step
-from warp_meshad._src.linear import LinearSolveError
-from warp_meshad._src.mesh import TriMesh
-from warp_meshad._src.time_integration import add_inertia_gravity, predict_positions
+from warp_meshad._src.app.framework import App as _AppBase
+from warp_meshad._src.app.framework import AppConfig
+from warp_meshad._src.contact.search import ContactSearch, edge_edge_mollifier_thresholds, max_step, plane_max_step
+from warp_meshad._src.solve.linear import LinearSolveError
+from warp_meshad._src.mesh.trimesh import TriMesh
+from warp_meshad._src.solve.time_integration import add_inertia_gravity, predict_positions
 from warp_meshad.kernels.energies import (
     BarrierData,
     DiscreteShellsBendingData,

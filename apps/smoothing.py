@@ -24,8 +24,8 @@ import numpy as np
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app import App as _AppBase
-from warp_meshad._src.app import AppConfig
+from warp_meshad._src.app.framework import App as _AppBase
+from warp_meshad._src.app.framework import AppConfig
 from warp_meshad.kernels.energies import dirichlet, surface_area
 
 __all__ = ["App", "HandGradientProblem", "SmoothingConfig"]

@@ -47,7 +47,7 @@ def _hook(arch: int):
 
     context.Module.load = load
 
-    from warp_meshad._src.problem import Problem, unrolled_default
+    from warp_meshad._src.problem.problem import Problem, unrolled_default
 
     unrolled = Problem._unrolled
 

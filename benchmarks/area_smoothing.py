@@ -113,7 +113,7 @@ class _WarpReduce:
     """Per-face energies summed with warp_meshad's block reduction (the same one Problem uses)."""
 
     def __init__(self, case: Case):
-        from warp_meshad._src.reduce import partial_count
+        from warp_meshad._src.problem.reduce import partial_count
 
         m = case.face_count
         self.m, self.device = m, case.device
@@ -121,7 +121,7 @@ class _WarpReduce:
         self.total = wp.zeros(1, dtype=wp.float32, device=case.device)
 
     def __call__(self, per_face):
-        from warp_meshad._src.reduce import ordered_total
+        from warp_meshad._src.problem.reduce import ordered_total
 
         ordered_total(per_face, self.m, self.part, self.total, self.device)
 

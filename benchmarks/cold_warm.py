@@ -7,7 +7,7 @@ warp_meshad's generated sources: what a new user meets), then with the caches th
 A scene written ``app/scene:test`` runs at its test size (``--test``: every scene).
 
 Per run it records the process's wall time and the ``compile`` block of the run's metrics.json (modules compiled
-and loaded, seconds spent compiling and loading, first and median step time; see warp_meshad/_src/module_loads.py).
+and loaded, seconds spent compiling and loading, first and median step time; see warp_meshad/_src/codegen/module_loads.py).
 Writes ``cold_warm.json`` to ``$BENCH_OUT`` (default benchmarks/results).
 """
 

@@ -27,7 +27,7 @@ from benchmarks.common import out_dir
 
 def _kernels():
     import warp_meshad as wm
-    from warp_meshad._src import tiled
+    from warp_meshad._src.problem import tiled as tiled
     from warp_meshad.kernels.energies import MassSpringDataF, mass_spring_f32
 
     mesh = wm.TriMesh.grid(8, 8)
@@ -54,7 +54,7 @@ def _kernels():
 
 def _shell_kernels():
     """The element kernels of the shells scene (float64: membrane k = 9, bending k = 12, IPC barriers k = 12)."""
-    from warp_meshad._src.app import app_class, load_config
+    from warp_meshad._src.app.framework import app_class, load_config
 
     config = load_config("shells/spot_drop", test=True, flags={"--device": {"device": "cpu"}})
     app = app_class(config.app, config.source)(config)

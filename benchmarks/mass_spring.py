@@ -223,7 +223,7 @@ def run_size(n, device, methods, runs, records):
     slots = problem.terms[0].slots
     rest_w = data.rest
     if "handwritten_warp" in methods:
-        from warp_meshad._src.reduce import ordered_total, partial_count
+        from warp_meshad._src.problem.reduce import ordered_total, partial_count
 
         m = mesh.edge_count
         e_el = wp.zeros(m, dtype=wp.float32, device=device)

@@ -64,7 +64,7 @@ def _energies():
 
 def build_problem(grid: int, device, seed: int = 0):
     """Mass-spring grid problem of ``grid * grid`` vertices, its start point and pinned corners."""
-    from warp_meshad._src.problem import Problem
+    from warp_meshad._src.problem.problem import Problem
 
     spring, inertia = _energies()
     n = grid * grid
@@ -143,8 +143,8 @@ class Recorder:
 
 def _newton_system(problem, x, mask):
     """Assemble H, rhs = -g with Dirichlet pins; returns (f, g copy, H, rhs)."""
-    from warp_meshad._src.constraints import apply_dirichlet
-    from warp_meshad._src.solvers import _scale_into
+    from warp_meshad._src.solve.constraints import apply_dirichlet
+    from warp_meshad._src.solve.solvers import _scale_into
 
     f, g, H = problem.eval_with_hessian_proj(x)
     g_keep = wp.clone(g)
@@ -159,7 +159,7 @@ CUPY_METHOD = "spsolve"
 
 
 def _make_backends(names, cg_tol: float):
-    from warp_meshad._src.linear import make_linear_solver
+    from warp_meshad._src.solve.linear import make_linear_solver
 
     out = {}
     for name in names:
@@ -175,7 +175,7 @@ def _make_backends(names, cg_tol: float):
 
 def bench_linear(rec: Recorder, grid: int, device, backends, runs: int, cg_tol: float):
     """Same system, every back-end: analysis (first call), factorization and solve; answers compared."""
-    from warp_meshad._src.constraints import fixed_mask_from_indices
+    from warp_meshad._src.solve.constraints import fixed_mask_from_indices
 
     t0 = time.perf_counter()
     problem, x, pinned = build_problem(grid, device)
@@ -231,9 +231,9 @@ def bench_linear(rec: Recorder, grid: int, device, backends, runs: int, cg_tol: 
 
 def bench_newton_step(rec: Recorder, problem, x, pinned, backends, runs: int, cg_tol: float):
     """A whole projected-Newton step, split in phases, with each back-end."""
-    from warp_meshad._src.constraints import apply_dirichlet, fixed_mask_from_indices
-    from warp_meshad._src.line_search import armijo
-    from warp_meshad._src.solvers import _dot, _scale_into
+    from warp_meshad._src.solve.constraints import apply_dirichlet, fixed_mask_from_indices
+    from warp_meshad._src.solve.line_search import armijo
+    from warp_meshad._src.solve.solvers import _dot, _scale_into
 
     device = problem.device
     n = problem.variable_count

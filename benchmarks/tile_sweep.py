@@ -3,10 +3,10 @@
     python -m benchmarks.tile_sweep --n 1000
 
 Prints the median time of ``Problem.assemble_hessian`` (CUDA graph) for each setting of the knobs of
-``warp_meshad._src.tiled`` (threads per block, shared memory per tile, write-out of the tile by number or by
+``warp_meshad._src.problem.tiled`` (threads per block, shared memory per tile, write-out of the tile by number or by
 block, thread blocks per SM asked of the compiler), on the grid numbering (``--morton 1``: Morton numbering),
 and writes ``tile_sweep.json``. Each setting's Hessian is first compared with the atomic assembly's. The defaults
-of ``warp_meshad._src.tiled`` come from this sweep.
+of ``warp_meshad._src.problem.tiled`` come from this sweep.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def main(argv=None):
     wp.config.log_level = wp.LOG_WARNING
     wp.init()
     device = args.device or ("cuda:0" if wp.get_cuda_device_count() else "cpu")
-    from warp_meshad._src import tiled
+    from warp_meshad._src.problem import tiled as tiled
 
     defaults = (tiled.TILE_BLOCK_DIM, tiled._SHARED_BYTES, tiled.TILE_STORE, tiled.TILE_MIN_BLOCKS)
     records = []

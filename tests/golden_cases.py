@@ -64,7 +64,7 @@ def kernel_cases():
 def render_kernel(sname: str, mode: str, variant: dict) -> str:
     import warp as wp
 
-    from warp_meshad._src.kernelgen import KernelSpec, kernel_source
+    from warp_meshad._src.codegen.kernel_source import KernelSpec, kernel_source
 
     valence, dim, dtype, has_data, rdim, pcount = SHAPES[sname]
     spec = KernelSpec(valence, dim, getattr(wp, dtype), has_data, rdim, pcount)

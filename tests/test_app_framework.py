@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from warp_meshad.__main__ import main  # noqa: E402
-from warp_meshad._src import app as appmod  # noqa: E402
-from warp_meshad._src.app import ConfigError, load_config, parse_set, run_app  # noqa: E402
+from warp_meshad._src.app import framework as appmod  # noqa: E402
+from warp_meshad._src.app.framework import ConfigError, load_config, parse_set, run_app  # noqa: E402
 
 appmod.apps_package()  # warp_meshad.apps (also from a source tree where its pyproject mapping is not installed)
 
@@ -295,7 +295,7 @@ def _small_app():
 
 
 def test_viewer_controller_logic_without_a_window():
-    from warp_meshad._src.viewer import ViewerController
+    from warp_meshad._src.app.viewer import ViewerController
 
     ctl = ViewerController(_small_app())
     assert not ctl.playing and ctl.app.steps_done == 0
@@ -316,7 +316,7 @@ def test_viewer_controller_logic_without_a_window():
 
 def test_viewer_with_polyscope_mock_backend():
     ps = pytest.importorskip("polyscope", reason="polyscope (the viewer extra) is not installed")
-    from warp_meshad._src import viewer
+    from warp_meshad._src.app import viewer as viewer
 
     ps.set_use_prefs_file(False)
     ps.init("openGL_mock")
@@ -347,7 +347,7 @@ def test_viewer_with_polyscope_mock_backend():
 
 def test_headless_screenshot_or_skip(tmp_path):
     pytest.importorskip("polyscope", reason="polyscope (the viewer extra) is not installed")
-    from warp_meshad._src import viewer
+    from warp_meshad._src.app import viewer as viewer
 
     app = _small_app()
     app.run()

@@ -17,9 +17,9 @@ pytest.importorskip("yaml")
 pytestmark = pytest.mark.cpu  # the apps run with --device cpu
 
 from warp_meshad.__main__ import main  # noqa: E402
-from warp_meshad._src import app as appmod  # noqa: E402
-from warp_meshad._src.app import load_config, output_folder  # noqa: E402
-from warp_meshad._src.linear import LINEAR_SOLVER_NAMES  # noqa: E402
+from warp_meshad._src.app import framework as appmod  # noqa: E402
+from warp_meshad._src.app.framework import load_config, output_folder  # noqa: E402
+from warp_meshad._src.solve.linear import LINEAR_SOLVER_NAMES  # noqa: E402
 
 appmod.apps_package()
 
@@ -200,7 +200,7 @@ def test_headless_run_writes_the_screenshot_or_says_why(tmp_path, capsys):
 
 def test_screenshot_without_egl_says_why_and_what_to_install(tmp_path, monkeypatch):
     pytest.importorskip("polyscope", reason="polyscope is not installed")
-    from warp_meshad._src import viewer
+    from warp_meshad._src.app import viewer as viewer
 
     app = appmod.app_class("cloth")(load_config(HANGING, test=True, overrides={"screenshot": False}))
     monkeypatch.setenv("__EGL_VENDOR_LIBRARY_FILENAMES", str(tmp_path / "no-vendor.json"))  # glvnd finds no EGL

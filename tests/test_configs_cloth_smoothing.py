@@ -12,9 +12,9 @@ import warp as wp
 
 import warp_meshad as wm
 from derivcheck import check_problem_derivatives
-from warp_meshad._src import app as appmod
-from warp_meshad._src.app import load_config, run_app
-from warp_meshad._src.linear import CGSolver, LinearSolveError
+from warp_meshad._src.app import framework as appmod
+from warp_meshad._src.app.framework import load_config, run_app
+from warp_meshad._src.solve.linear import CGSolver, LinearSolveError
 from warp_meshad.kernels.energies.backward_euler import InertiaGravityData, inertia_gravity
 from warp_meshad.kernels.energies.sphere_barrier import SphereBarrierData, sphere_barrier
 

@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("yaml")
 
 import warp_meshad as wm  # noqa: E402
-from warp_meshad._src import app as appmod  # noqa: E402
-from warp_meshad._src.app import ConfigError, load_config, run_app  # noqa: E402
+from warp_meshad._src.app import framework as appmod  # noqa: E402
+from warp_meshad._src.app.framework import ConfigError, load_config, run_app  # noqa: E402
 
 appmod.apps_package()
 

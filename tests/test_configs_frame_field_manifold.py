@@ -14,8 +14,8 @@ import warp as wp
 
 import warp_meshad as wm
 from derivcheck import check_problem_derivatives
-from warp_meshad._src import app as appmod
-from warp_meshad._src.app import ConfigError, load_config, run_app
+from warp_meshad._src.app import framework as appmod
+from warp_meshad._src.app.framework import ConfigError, load_config, run_app
 from warp_meshad.kernels.energies import (
     PolyCurlData,
     PolyVectorFaceData,

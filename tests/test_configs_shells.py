@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import warp as wp
 
-from warp_meshad._src import app as appmod
-from warp_meshad._src.app import load_config, run_app
+from warp_meshad._src.app import framework as appmod
+from warp_meshad._src.app.framework import load_config, run_app
 
 appmod.apps_package()
 

@@ -5,8 +5,8 @@ import pytest
 import warp as wp
 import warp.sparse as wps
 
-from warp_meshad._src.constraints import apply_dirichlet, fixed_mask_from_indices, zero_fixed_rows
-from warp_meshad._src.linear import ScipySolver
+from warp_meshad._src.solve.constraints import apply_dirichlet, fixed_mask_from_indices, zero_fixed_rows
+from warp_meshad._src.solve.linear import ScipySolver
 
 wp.config.log_level = wp.LOG_WARNING
 

@@ -14,7 +14,7 @@ import warp as wp
 from derivcheck import check_problem_derivatives
 
 import warp_meshad as wm
-from warp_meshad._src import contact
+from warp_meshad._src.contact import search as contact
 from warp_meshad.kernels.contact import (
     edge_edge_distance_sq,
     edge_edge_distance_type,

@@ -12,7 +12,7 @@ import warp as wp
 from derivcheck import check_problem_derivatives
 
 import warp_meshad as wm
-from warp_meshad._src.tutte import tutte_embedding
+from warp_meshad._src.mesh.tutte import tutte_embedding
 from warp_meshad.kernels import ad
 from warp_meshad.kernels.energies import (
     DirichletData,

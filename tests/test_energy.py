@@ -1,4 +1,4 @@
-"""The rewriting of user energies (warp_meshad/_src/energy.py): ``==`` and ``!=`` on dual numbers compare values, as
+"""The rewriting of user energies (warp_meshad/_src/codegen/energy_rewrite.py): ``==`` and ``!=`` on dual numbers compare values, as
 they do in the plain mode, so one energy gives the same energy in every mode and the derivatives of its branch."""
 
 from typing import Any

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import warp as wp
 
-from warp_meshad._src.line_search import armijo, axpy_into
+from warp_meshad._src.solve.line_search import armijo, axpy_into
 
 wp.config.log_level = wp.LOG_WARNING
 

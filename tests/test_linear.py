@@ -11,8 +11,8 @@ import scipy.sparse as sps
 import warp as wp
 import warp.sparse as wps
 
-from warp_meshad._src import linear
-from warp_meshad._src.linear import (
+from warp_meshad._src.solve import linear as linear
+from warp_meshad._src.solve.linear import (
     LINEAR_SOLVER_NAMES,
     CGSolver,
     LinearSolveInfo,

@@ -1,4 +1,4 @@
-"""Tests for warp_meshad._src.mesh: loading, validation messages, topology stencils, rest geometry."""
+"""Tests for warp_meshad._src.mesh.trimesh: loading, validation messages, topology stencils, rest geometry."""
 
 import os
 import pathlib
@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from warp_meshad._src.mesh import MeshError, TriMesh
+from warp_meshad._src.mesh.trimesh import MeshError, TriMesh
 
 MESHES = pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes"
 
@@ -312,7 +312,7 @@ def test_edge_faces_and_diamonds_consistent(name):
 
 
 def test_argsort_fallback_matches_packed_sort(monkeypatch, woody):
-    import warp_meshad._src.mesh as mesh_module
+    import warp_meshad._src.mesh.trimesh as mesh_module
 
     monkeypatch.setattr(mesh_module, "_PACKED_SORT_BITS", 0)
     other = TriMesh(woody.vertices, woody.faces)

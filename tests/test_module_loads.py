@@ -1,4 +1,4 @@
-"""The module-load monitor (warp_meshad/_src/module_loads.py): a compile is announced as it starts and recorded as
+"""The module-load monitor (warp_meshad/_src/codegen/module_loads.py): a compile is announced as it starts and recorded as
 compiled, a later load of the cached binary as cached, a launch of a loaded module not at all; the wrappers on
 wp.Module are gone once the last monitor exits. One tiny CPU kernel, its cache folder removed first so that it
 compiles."""
@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import warp as wp
 
-from warp_meshad._src.module_loads import ModuleLoads, describe_module, module_label
+from warp_meshad._src.codegen.module_loads import ModuleLoads, describe_module, module_label
 
 
 @wp.kernel(module="unique")

@@ -451,8 +451,8 @@ def test_term_name_with_any_characters(device):
 
 
 def test_device_pattern_build_equals_host_build(device):
-    from warp_meshad._src.pattern import build_hessian_pattern
-    from warp_meshad._src.pattern_device import build_hessian_pattern_device
+    from warp_meshad._src.problem.pattern import build_hessian_pattern
+    from warp_meshad._src.problem.pattern_device import build_hessian_pattern_device
 
     mesh = wm.TriMesh.grid(13, 9)
     els = [mesh.edges, mesh.faces, mesh.edge_diamonds, np.array([[5, 5]], dtype=np.int32)]

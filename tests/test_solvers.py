@@ -14,10 +14,10 @@ import scipy.sparse as sps
 import scipy.sparse.linalg as spla
 import warp as wp
 
-from warp_meshad._src import linear
-from warp_meshad._src.linear import LinearSolveError, LinearSolver
-from warp_meshad._src.problem import Problem
-from warp_meshad._src.solvers import (
+from warp_meshad._src.solve import linear as linear
+from warp_meshad._src.solve.linear import LinearSolveError, LinearSolver
+from warp_meshad._src.problem.problem import Problem
+from warp_meshad._src.solve.solvers import (
     GaussNewtonSolver,
     GradientDescentSolver,
     LBFGSSolver,

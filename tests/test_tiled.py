@@ -7,8 +7,8 @@ import pytest
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.pattern import build_hessian_pattern
-from warp_meshad._src.tiled import build_tile_plan, tile_capacity
+from warp_meshad._src.problem.pattern import build_hessian_pattern
+from warp_meshad._src.problem.tiled import build_tile_plan, tile_capacity
 from warp_meshad.kernels import ad
 
 
@@ -278,7 +278,7 @@ def test_deterministic_tiled_matches_atomic_and_repeats_bitwise(device):
 def test_auto_sums_small_float32_elements_in_rounds(device, monkeypatch):
     """assembly="auto" gives float32 elements of <= 6 variables the round-ordered tiled kernels (faster on an
     H200) without deterministic=True; explicit "tiled", float64 and larger elements keep the plain kernels."""
-    from warp_meshad._src.problem import Problem, rounds_default
+    from warp_meshad._src.problem.problem import Problem, rounds_default
 
     assert rounds_default(6, wp.float32) and not rounds_default(9, wp.float32) and not rounds_default(6, wp.float64)
     mesh = wm.TriMesh.grid(22, 16)
@@ -358,7 +358,7 @@ import numpy as np, warp as wp
 wp.config.quiet = True
 wp.config.enable_cpu_blocks = True  # every lane of a block runs (as fibers), as on a GPU
 import warp_meshad as wm
-from warp_meshad._src import tiled
+from warp_meshad._src.problem import tiled as tiled
 from test_tiled import build, positions
 tiled.TILE_BLOCK_DIM = 32
 mesh = wm.TriMesh.grid(24, 20)
@@ -399,7 +399,7 @@ def test_tiled_kernels_with_every_lane_of_a_block_running():
 def test_tile_write_out_by_number_or_block_and_register_cap(device, monkeypatch):
     """Both write-outs of the tile give the atomic assembly's Hessian (float32 springs, k = 6); such a kernel asks
     the CUDA compiler for 4 blocks per SM, a float64 one (whose dual Hessian would spill under the cap) for none."""
-    from warp_meshad._src import tiled
+    from warp_meshad._src.problem import tiled as tiled
 
     mesh = wm.TriMesh.grid(24, 20)
     x = wp.array(positions(mesh, 1).astype(np.float32), dtype=wp.vec3f, device=device)

@@ -1,4 +1,4 @@
-"""Tutte embedding (warp_meshad._src.tutte): boundary on the unit circle by arc length, interior
+"""Tutte embedding (warp_meshad._src.mesh.tutte): boundary on the unit circle by arc length, interior
 vertices at the average of their neighbours, no flipped triangle on real disk meshes."""
 
 import pathlib
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import warp_meshad as wm
-from warp_meshad._src.tutte import tutte_embedding
+from warp_meshad._src.mesh.tutte import tutte_embedding
 
 MESHES = pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes"
 

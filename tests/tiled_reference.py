@@ -1,8 +1,8 @@
 """The numpy build of the tiled assembly's patch lists and rounds: the reference the device build
-(``warp_meshad._src.tiled``) is checked against (same patches, same listed elements; rounds as few).
+(``warp_meshad._src.problem.tiled``) is checked against (same patches, same listed elements; rounds as few).
 
 This is the host algorithm the device build replaced (it took 15.9 s at 1000x1000 mass-spring); see the
-comment above ``_rows_to_patches`` in ``warp_meshad/_src/tiled.py`` for what the rounds must satisfy.
+comment above ``_rows_to_patches`` in ``warp_meshad/_src/problem/tiled.py`` for what the rounds must satisfy.
 """
 
 from __future__ import annotations

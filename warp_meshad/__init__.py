@@ -18,14 +18,14 @@ if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isfile(
 ) and not any(_os.path.isfile(_os.path.join(p, "kernels", "_dualgen.py")) for p in __path__):
     __path__.append(_root)
 
-from ._src.convert import to_cupy, to_scipy  # noqa: E402
-from ._src.mesh import MeshError, TriMesh  # noqa: E402
-from ._src.tetmesh import TetMesh  # noqa: E402
-from ._src.linear import LinearSolveInfo, make_linear_solver  # noqa: E402
-from ._src.locality import locality_order  # noqa: E402
-from ._src.parameters import implicit_gradient  # noqa: E402
-from ._src.problem import Problem  # noqa: E402
-from ._src.solvers import (  # noqa: E402
+from ._src.interop.convert import to_cupy, to_scipy  # noqa: E402
+from ._src.mesh.trimesh import MeshError, TriMesh  # noqa: E402
+from ._src.mesh.tetmesh import TetMesh  # noqa: E402
+from ._src.solve.linear import LinearSolveInfo, make_linear_solver  # noqa: E402
+from ._src.mesh.locality import locality_order  # noqa: E402
+from ._src.problem.parameters import implicit_gradient  # noqa: E402
+from ._src.problem.problem import Problem  # noqa: E402
+from ._src.solve.solvers import (  # noqa: E402
     GaussNewtonSolver,
     GradientDescentSolver,
     LBFGSSolver,
@@ -33,7 +33,7 @@ from ._src.solvers import (  # noqa: E402
     NewtonSolver,
     SolveResult,
 )
-from ._src.tutte import tutte_embedding  # noqa: E402
+from ._src.mesh.tutte import tutte_embedding  # noqa: E402
 
 __version__ = "0.1.0"
 

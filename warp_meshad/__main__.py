@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _list(out) -> int:
-    from warp_meshad._src.app import available_apps, available_configs, configs_root
+    from warp_meshad._src.app.framework import available_apps, available_configs, configs_root
 
     apps = available_apps()
     configs = available_configs()
@@ -73,7 +73,7 @@ def _list(out) -> int:
 
 
 def _config(args):
-    from warp_meshad._src.app import load_config, parse_set
+    from warp_meshad._src.app.framework import load_config, parse_set
 
     flags = {}
     if args.device is not None:
@@ -86,7 +86,7 @@ def _config(args):
 
 
 def _run(args) -> int:
-    from warp_meshad._src.app import check_output_folder, run_app
+    from warp_meshad._src.app.framework import check_output_folder, run_app
 
     config = _config(args)
     if args.output is not None:
@@ -97,7 +97,7 @@ def _run(args) -> int:
 
 
 def _warmup(args) -> int:
-    from warp_meshad._src.app import warmup_app
+    from warp_meshad._src.app.framework import warmup_app
 
     warmup_app(_config(args), quiet=args.quiet)
     return 0
@@ -114,9 +114,9 @@ def main(argv=None) -> int:
 
     if not getattr(args, "verbose", False):
         wp.config.log_level = wp.LOG_WARNING  # before Warp initializes: no banner, no module-load lines
-    from warp_meshad._src.app import ConfigError
-    from warp_meshad._src.mesh import MeshError
-    from warp_meshad._src.viewer import ViewerError
+    from warp_meshad._src.app.framework import ConfigError
+    from warp_meshad._src.mesh.trimesh import MeshError
+    from warp_meshad._src.app.viewer import ViewerError
 
     try:
         if args.command == "list":

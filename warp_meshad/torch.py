@@ -21,6 +21,6 @@ fresh tensors (the problem's own buffers are overwritten by its next evaluation)
 torch (the ``torch`` extra: ``pip install 'warp-meshad[torch]'``); importing :mod:`warp_meshad` does not.
 """
 
-from warp_meshad._src.torch_bridge import energy, gradient, minimize
+from warp_meshad._src.interop.torch_bridge import energy, gradient, minimize
 
 __all__ = ["energy", "gradient", "minimize"]

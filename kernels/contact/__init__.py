@@ -9,7 +9,7 @@
   Warp kernels, and a vectorized NumPy version for host checks.
 
 The contact energies built on these live in :mod:`warp_meshad.kernels.energies` (``ipc_barrier``,
-``ground_plane``); host-side candidate search and step bounds in ``warp_meshad._src.contact``.
+``ground_plane``); host-side candidate search and step bounds in ``warp_meshad._src.contact.search``.
 """
 
 from .ccd import edge_edge_ccd, point_triangle_ccd

@@ -16,7 +16,7 @@ checked for writing before the app is built; every file is written atomically (t
 with the permissions of an ordinary new file (``0666`` less the umask).
 
 While an app is built and run, the Warp modules it compiles are announced on the log as each compile starts
-(:class:`~warp_meshad._src.module_loads.ModuleLoads`); ``metrics.json`` records the compile and load times and
+(:class:`~warp_meshad._src.codegen.module_loads.ModuleLoads`); ``metrics.json`` records the compile and load times and
 whether the kernel cache was warm. :func:`warmup_app` builds an app and takes one short step without writing
 anything, so that a later run finds every kernel of its first step in Warp's kernel cache.
 
@@ -46,9 +46,9 @@ from typing import Any, ClassVar, Literal, Optional
 
 import numpy as np
 
-from .linear import LINEAR_SOLVER_NAMES
-from .mesh import MeshError, _atomic_write, new_file_mode
-from .module_loads import ModuleLoads
+from warp_meshad._src.solve.linear import LINEAR_SOLVER_NAMES
+from warp_meshad._src.mesh.trimesh import MeshError, _atomic_write, new_file_mode
+from warp_meshad._src.codegen.module_loads import ModuleLoads
 
 __all__ = [
     "App",
@@ -598,7 +598,7 @@ class App:
             ConfigError: key ``mesh``, with the :class:`~warp_meshad.MeshError` message (an empty, non-manifold or
                 unreadable mesh, NaN coordinates, unreferenced vertices, ...).
         """
-        from .mesh import TriMesh
+        from warp_meshad._src.mesh.trimesh import TriMesh
 
         c = self.config
         try:
@@ -610,7 +610,7 @@ class App:
             raise ConfigError(c.source or f"{self.config_class.__name__}(...)", "mesh", str(exc)) from None
 
     def record(self, result, **extra) -> dict:
-        """Append a :class:`~warp_meshad._src.solvers.SolveResult` to :attr:`history` as one step; return the record."""
+        """Append a :class:`~warp_meshad._src.solve.solvers.SolveResult` to :attr:`history` as one step; return the record."""
         rec = {
             "step": self.steps_done,
             "iterations": int(result.iterations),
@@ -857,7 +857,7 @@ def write_convergence_plot(path: pathlib.Path, app: App) -> bool:
 
 def save_mesh(path: pathlib.Path, app: App) -> None:
     """The current positions on the app's mesh, atomically (:meth:`TriMesh.save` writes atomically)."""
-    from .mesh import TriMesh
+    from warp_meshad._src.mesh.trimesh import TriMesh
 
     TriMesh(app.positions(), app.mesh.faces).save(path, **app.save_options())
 
@@ -945,7 +945,7 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
 
     The output folder is checked for writing first. Each Warp module compiled while the app is built and run is
     announced on ``log`` as the compile starts; ``metrics.json["compile"]`` records the compiles and loads
-    (:meth:`~warp_meshad._src.module_loads.ModuleLoads.summary`), ``cache_warm``, and the first and the median later
+    (:meth:`~warp_meshad._src.codegen.module_loads.ModuleLoads.summary`), ``cache_warm``, and the first and the median later
     step time (``first_step_s``, ``median_step_s``: the first step pays for the compiles of a cold cache).
 
     Args:
@@ -982,7 +982,7 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
         t0 = time.perf_counter()
         use_viewer = config.viewer if viewer is None else viewer
         if use_viewer:
-            from . import viewer as _viewer
+            from warp_meshad._src.app import viewer as _viewer
 
             _viewer.show(app, log=log)
         else:
@@ -1025,7 +1025,7 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
     else:
         messages.append("convergence.png skipped: matplotlib is not installed (pip install matplotlib)")
     if config.screenshot:
-        from . import viewer as _viewer
+        from warp_meshad._src.app import viewer as _viewer
 
         shot = out / "screenshot.png"
         ok, why = _viewer.screenshot(app, shot)
@@ -1054,7 +1054,7 @@ class WarmupReport:
 
     Attributes:
         app: the app after its warm-up step.
-        loads: the module loads seen (:class:`~warp_meshad._src.module_loads.ModuleLoads`).
+        loads: the module loads seen (:class:`~warp_meshad._src.codegen.module_loads.ModuleLoads`).
         seconds: wall time of the warm-up (build and step).
     """
 

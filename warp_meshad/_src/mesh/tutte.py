@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .mesh import MeshError, TriMesh
+from warp_meshad._src.mesh.trimesh import MeshError, TriMesh
 
 __all__ = ["tutte_embedding"]
 

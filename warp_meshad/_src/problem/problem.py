@@ -2,8 +2,8 @@
 
 Every term is one user energy (a ``@wp.func``) over the variables of one element; elements are
 rows of an integer array. Energies run unchanged as plain values, gradient duals and
-gradient + Hessian duals (see :mod:`warp_meshad._src.energy`); derivatives are scattered into
-storage preallocated from the topology (see :mod:`warp_meshad._src.pattern`).
+gradient + Hessian duals (see :mod:`warp_meshad._src.codegen.energy_rewrite`); derivatives are scattered into
+storage preallocated from the topology (see :mod:`warp_meshad._src.problem.pattern`).
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import warp.sparse as wps
 
 from warp_meshad.kernels import _dualgen
 
-from .energy import describe_energy, instantiate
-from .interaction import InteractionElements, InteractionPattern, check_interaction, set_interaction_elements
-from .kernelgen import KernelSpec, make_kernel
-from .pattern import build_hessian_pattern, build_jacobian_pattern
-from .pattern_device import build_hessian_pattern_device
-from .reduce import contribution_lists, gather_sum, ordered_total, partial_count
-from . import tiled as _tiled
-from .parameters import ParameterDerivatives, describe_parameters, read_values, write_values
-from .tiled import build_tile_plan
+from warp_meshad._src.codegen.energy_rewrite import describe_energy, instantiate
+from warp_meshad._src.problem.interaction import InteractionElements, InteractionPattern, check_interaction, set_interaction_elements
+from warp_meshad._src.codegen.kernel_source import KernelSpec, make_kernel
+from warp_meshad._src.problem.pattern import build_hessian_pattern, build_jacobian_pattern
+from warp_meshad._src.problem.pattern_device import build_hessian_pattern_device
+from warp_meshad._src.problem.reduce import contribution_lists, gather_sum, ordered_total, partial_count
+from warp_meshad._src.problem import tiled as _tiled
+from warp_meshad._src.problem.parameters import ParameterDerivatives, describe_parameters, read_values, write_values
+from warp_meshad._src.problem.tiled import build_tile_plan
 
 __all__ = ["Problem"]
 
@@ -127,7 +127,7 @@ class Problem:
         assembly: how Hessians are assembled. ``"atomic"``: a thread per element adds its blocks
             into their slots with ``atomic_add``. ``"tiled"``: a thread block per patch of
             consecutive rows accumulates the patch's blocks in shared memory and writes them out
-            coalesced (see :mod:`warp_meshad._src.tiled`; number variables in a spatially coherent
+            coalesced (see :mod:`warp_meshad._src.problem.tiled`; number variables in a spatially coherent
             order, e.g. :func:`warp_meshad.locality_order`, so patches share few elements).
             ``"auto"``: tiled on CUDA devices when there are at least as many patches as
             multiprocessors, else atomic (and always atomic on the CPU); for float32 elements of at
@@ -248,7 +248,7 @@ class Problem:
         energy is accumulated, never overwritten. When more elements arrive than ``capacity``, the
         buffers grow (doubling): no element is ever dropped. The Hessian pattern of the other terms is
         built once; after new elements are set, the next Hessian evaluation merges their blocks into it
-        on the device (see :mod:`warp_meshad._src.interaction`): the matrix it returns is a new one whose
+        on the device (see :mod:`warp_meshad._src.problem.interaction`): the matrix it returns is a new one whose
         pattern is the union of all terms' element pairs, and whose host-side ``nnz`` is exact once the
         evaluation has read the energy back (``assemble_hessian`` leaves an upper bound: ``H.nnz_sync()``).
         The elements have no host copy (``terms[k].elements_np`` is None).
@@ -443,7 +443,7 @@ class Problem:
             if hit is None:
                 suffix = ("_det" if det else "") + ("_unrolled" if unrolled else "") + ("_tiled" if tile_cap else "")
                 module = self._module(term, mode + suffix)
-                from .module_loads import describe_module
+                from warp_meshad._src.codegen.module_loads import describe_module
 
                 extras = [w for w, on in (("deterministic", det), ("unrolled", unrolled), ("tiled", tile_cap)) if on]
                 describe_module(module.name, ", ".join([f"term '{term.label}': {mode}", *extras, self.dtype.__name__]))
@@ -777,12 +777,12 @@ class Problem:
         return self._hv
 
     # ------------------------------------------------------------------------------------------
-    # parameters (add_term(..., parameters=...)); see warp_meshad/_src/parameters.py
+    # parameters (add_term(..., parameters=...)); see warp_meshad/_src/problem/parameters.py
     # ------------------------------------------------------------------------------------------
 
     @property
     def parameter_fields(self) -> list:
-        """Every term's :class:`~warp_meshad._src.parameters.ParameterField`, in theta order."""
+        """Every term's :class:`~warp_meshad._src.problem.parameters.ParameterField`, in theta order."""
         return [f for t in self.terms for f in t.params]
 
     @property

@@ -3,7 +3,7 @@
 - :func:`show`: the interactive viewer (``warp-meshad run CONFIG --viewer``): the mesh with the app's quantities, a
   Play / Pause button, a Step button, and the step, iteration count, energy and gradient norm, live.
 - :func:`screenshot`: ``screenshot.png`` rendered by Polyscope through EGL without a screen. It runs in a child
-  process (``python -m warp_meshad._src.viewer SCENE.npz OUT.png``) so that a broken GL driver cannot take the run
+  process (``python -m warp_meshad._src.app.viewer SCENE.npz OUT.png``) so that a broken GL driver cannot take the run
   down with it, and reports why it was skipped where EGL or Polyscope is missing.
 
 Polyscope is optional (in the ``apps`` and ``viewer`` extras: ``pip install 'warp-meshad[apps]'``), imported only here
@@ -215,7 +215,7 @@ def screenshot(app, path, timeout_s: float = 120.0) -> tuple[bool, str]:
         arrays["quantity_kinds"] = np.array([k for _, k in names], dtype=str)
         np.savez(scene, **arrays)
         tmp = path.with_name(f".{path.name}.tmp.png")
-        cmd = [sys.executable, "-m", "warp_meshad._src.viewer", scene, str(tmp)]
+        cmd = [sys.executable, "-m", "warp_meshad._src.app.viewer", scene, str(tmp)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -261,5 +261,5 @@ def _render_scene_file(scene_path: str, png_path: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        sys.exit("usage: python -m warp_meshad._src.viewer SCENE.npz OUT.png")
+        sys.exit("usage: python -m warp_meshad._src.app.viewer SCENE.npz OUT.png")
     _render_scene_file(sys.argv[1], sys.argv[2])

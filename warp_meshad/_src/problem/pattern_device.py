@@ -1,6 +1,6 @@
 """The Hessian pattern built on the device (for large problems on a GPU).
 
-Same result as :func:`warp_meshad._src.pattern.build_hessian_pattern` (sorted unique block columns
+Same result as :func:`warp_meshad._src.problem.pattern.build_hessian_pattern` (sorted unique block columns
 per row, the diagonal included, every element's block slots), computed with a radix sort of the
 ``row * n + col`` keys, a prefix sum over the first key of each run and a scatter of the run
 indices to the slots, instead of a host sort: for two million vertices of shells (130M keys) the
@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from .interaction import _pair_keys
-from .pattern import HessianPattern
+from warp_meshad._src.problem.interaction import _pair_keys
+from warp_meshad._src.problem.pattern import HessianPattern
 
 __all__ = ["build_hessian_pattern_device"]
 

@@ -406,7 +406,7 @@ def _sort(keys: wp.array, values: wp.array, count: int, end_value: int) -> None:
 def _runs(keys: wp.array, count: int, device):
     """Run structure of ``count`` sorted int64 keys: (each key's run, 1-based (an inclusive scan of the run starts);
     the runs' first keys, then ``count``; the number of runs)."""
-    from .pattern_device import _first_of_run
+    from warp_meshad._src.problem.pattern_device import _first_of_run
 
     flags = wp.empty(count, dtype=wp.int32, device=device)
     wp.launch(_first_of_run, dim=count, inputs=[keys, flags], device=device)

@@ -1,7 +1,7 @@
 """Interaction terms on the device: elements that change at run time (contact pairs, ...).
 
 The Hessian pattern of the other ("static") terms is built once on the host
-(:func:`~warp_meshad._src.pattern.build_hessian_pattern`) and kept on the device. When the elements
+(:func:`~warp_meshad._src.problem.pattern.build_hessian_pattern`) and kept on the device. When the elements
 of an interaction term change, the next Hessian evaluation merges their blocks into it on the
 device, with no host round trip:
 
@@ -331,7 +331,7 @@ class InteractionPattern:
     blocks on the device when elements changed and returns the front matrix.
 
     Attributes:
-        base: the static terms' :class:`~warp_meshad._src.pattern.HessianPattern` (host arrays).
+        base: the static terms' :class:`~warp_meshad._src.problem.pattern.HessianPattern` (host arrays).
         matrix: the front ``warp.sparse.BsrMatrix`` (the one the last evaluation used).
         rebuilds: number of device rebuilds so far.
     """

@@ -21,7 +21,7 @@ import functools
 
 import numpy as np
 
-from .mesh import (
+from warp_meshad._src.mesh.trimesh import (
     _UNREFERENCED_MODES,
     MeshError,
     TriMesh,

@@ -1,7 +1,7 @@
 """Nonlinear minimizers over a :class:`warp_meshad.Problem`: host-side drivers over device arrays.
 
 - :class:`NewtonSolver`: Newton / projected Newton (per-element PSD projection, TinyAD style) with an assembled
-  Hessian and any linear back-end of :mod:`warp_meshad._src.linear`.
+  Hessian and any linear back-end of :mod:`warp_meshad._src.solve.linear`.
 - :class:`NewtonCGSolver`: matrix-free truncated Newton: CG on ``problem.hessian_vector_product``, stopped at
   negative curvature, with an Eisenstat-Walker forcing term.
 - :class:`GaussNewtonSolver`: Gauss-Newton for residual terms (``problem.eval_gauss_newton`` assembles
@@ -32,9 +32,9 @@ import numpy as np
 import warp as wp
 import warp.sparse as wps
 
-from .constraints import apply_dirichlet, fixed_indices, fixed_mask_from_indices, zero_fixed_rows
-from .line_search import armijo, axpy_into
-from .linear import LinearSolveError, LinearSolver, make_linear_solver
+from warp_meshad._src.solve.constraints import apply_dirichlet, fixed_indices, fixed_mask_from_indices, zero_fixed_rows
+from warp_meshad._src.solve.line_search import armijo, axpy_into
+from warp_meshad._src.solve.linear import LinearSolveError, LinearSolver, make_linear_solver
 
 __all__ = [
     "GaussNewtonSolver",
@@ -71,7 +71,7 @@ class SolveResult:
             not be used (Newton-type solvers and L-BFGS; 0 for gradient descent, whose direction is ``-g``).
         fallback_reasons: those fallbacks counted by cause: ``"not_descent_direction"`` (``d . g >= 0`` or not
             finite: an indefinite Hessian without projection, a bad L-BFGS pair), ``"linear_solve_failed"`` (the
-            back-end raised :class:`~warp_meshad._src.linear.LinearSolveError`: singular or non-finite matrix; or
+            back-end raised :class:`~warp_meshad._src.solve.linear.LinearSolveError`: singular or non-finite matrix; or
             Newton-CG's Hessian-vector product was not finite), ``"negative_curvature"`` (Newton-CG's first CG
             direction had ``p . H p <= 0``).
         linear_converged: per iteration of a Newton-type solver, whether its linear solve met its tolerance (False
@@ -462,12 +462,12 @@ class NewtonSolver(_Driver):
     Args:
         problem: a :class:`warp_meshad.Problem`.
         linear_solver: back-end name (``"auto"``, ``"scipy"``, ``"cg"``, ``"cupy"``, ``"cudss"``) or a
-            :class:`~warp_meshad._src.linear.LinearSolver` instance.
+            :class:`~warp_meshad._src.solve.linear.LinearSolver` instance.
         project_hessian: project every element Hessian to PSD before assembly (projected Newton).
         projection: ``"clamp"`` (eigenvalues below ``projection_eps`` set to it) or ``"abs"`` (absolute values).
         projection_eps: smallest eigenvalue kept by the projection.
         fixed: indices of variables that never move (sequence, numpy or wp.array of ints), or None.
-        linear_solver_options: keyword options for :func:`~warp_meshad._src.linear.make_linear_solver`.
+        linear_solver_options: keyword options for :func:`~warp_meshad._src.solve.linear.make_linear_solver`.
         step_bound_fn: optional ``(x, d) -> float`` capping the line-search step (CCD).
         shrink, max_line_search_tries, armijo_c: Armijo settings (TinyAD defaults 0.8, 64, 1e-4).
     """

@@ -39,7 +39,7 @@ except ImportError as _e:  # only where torch is missing
         "warp_meshad.torch needs PyTorch, which is not installed: pip install 'warp-meshad[torch]'"
     ) from _e
 
-from .problem import Problem
+from warp_meshad._src.problem.problem import Problem
 
 __all__ = ["energy", "gradient", "minimize"]
 
@@ -222,7 +222,7 @@ class _Minimizer(torch.autograd.Function):
 
     Forward writes theta into the terms' data (``Problem.set_parameters``) and runs the solver from x0. Backward
     writes theta again (the problem may have been changed since) and returns ``implicit_gradient(problem, x*,
-    grad_output)``: one adjoint solve with the Hessian at x* (see :mod:`warp_meshad._src.parameters`). x* does not
+    grad_output)``: one adjoint solve with the Hessian at x* (see :mod:`warp_meshad._src.problem.parameters`). x* does not
     depend on x0 (a strict local minimizer), so x0 gets no gradient.
     """
 
@@ -245,7 +245,7 @@ class _Minimizer(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_output: torch.Tensor):
-        from .parameters import implicit_gradient
+        from warp_meshad._src.problem.parameters import implicit_gradient
 
         theta, x_star = ctx.saved_tensors
         problem = ctx.problem
@@ -370,7 +370,7 @@ def minimize(
         ValueError: theta has another length than ``problem.parameter_count``.
         RuntimeError: the solve did not converge.
     """
-    from .solvers import NewtonSolver
+    from warp_meshad._src.solve.solvers import NewtonSolver
 
     _check_problem(problem, "minimize")
     _check_variables(problem, x0, "x0", "minimize")

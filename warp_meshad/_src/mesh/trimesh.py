@@ -520,7 +520,7 @@ class TriMesh(_VertexMesh):
         Raises:
             MeshError: ``order`` is not a permutation of ``range(vertex_count)``.
         """
-        from .locality import locality_order
+        from warp_meshad._src.mesh.locality import locality_order
 
         n = self.vertex_count
         order = locality_order(self._vertices) if order is None else np.asarray(order)

@@ -10,7 +10,7 @@ theta (term by term in the order they were added, field by field in the order na
 
 ``Problem.eval_parameter_derivatives(x)`` gives dE/dtheta and the sparse mixed matrix d2E/dx dtheta. The
 ``mixed`` kernels read the parameters as dual numbers seeded after the element's variables (the energy's
-source is rewritten so, see :mod:`warp_meshad._src.energy`): the element's dual Hessian over
+source is rewritten so, see :mod:`warp_meshad._src.codegen.energy_rewrite`): the element's dual Hessian over
 (variables, parameters) holds both in its last columns; nothing is differenced.
 
 For x* a minimizer of E(., theta) (g(x*, theta) = 0 on the free variables) and a loss L(x*), the implicit
@@ -222,8 +222,8 @@ def implicit_gradient(
     Returns:
         numpy float64 array (parameter_count,) (or (losses, parameter_count) for a list of losses).
     """
-    from .constraints import apply_dirichlet, fixed_indices, fixed_mask_from_indices, zero_fixed_rows
-    from .linear import LinearSolver, make_linear_solver
+    from warp_meshad._src.solve.constraints import apply_dirichlet, fixed_indices, fixed_mask_from_indices, zero_fixed_rows
+    from warp_meshad._src.solve.linear import LinearSolver, make_linear_solver
 
     if problem.parameter_count == 0:
         raise ValueError("implicit_gradient: the problem has no parameters (add_term(..., parameters=[...]))")

@@ -75,7 +75,7 @@ def kernel_source(
     (offsets ``offs[1]``, ``offs[2]``), summed later in a fixed order.
 
     With ``tiled`` (modes ``hessian`` and ``hessian_proj``; launched with ``wp.launch_tiled``, one
-    thread block per patch of consecutive block rows, see :mod:`warp_meshad._src.tiled`), a block
+    thread block per patch of consecutive block rows, see :mod:`warp_meshad._src.problem.tiled`), a block
     evaluates every element touching its rows (``patch_entries``), adds the blocks that fall in its
     rows into a shared-memory tile of ``_CAP`` blocks and then writes the patch's contiguous range
     of BSR values out with coalesced stores (``accumulate`` adds to what is there instead; ``tile_store``

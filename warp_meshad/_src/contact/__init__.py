@@ -1,0 +1,1 @@
+"""contact: see the modules."""

@@ -1,0 +1,1 @@
+"""interop: see the modules."""

@@ -1,0 +1,1 @@
+"""problem: see the modules."""

@@ -1,0 +1,1 @@
+"""solve: see the modules."""
