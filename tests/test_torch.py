@@ -247,3 +247,12 @@ def test_minimize_is_differentiable_in_the_parameters(device):
         wmt.minimize(p, theta[:-1], x0, solver=solver)
     with pytest.raises(RuntimeError, match="without converging"):
         wmt.minimize(p, theta, x0, solver=solver, max_iterations=1)
+
+
+def test_minimize_refuses_a_problem_without_parameters_before_solving(device, monkeypatch):
+    problem, x = _springs(device)
+    assert problem.parameter_count == 0
+    solver = wm.NewtonSolver(problem, linear_solver="scipy")
+    monkeypatch.setattr(solver, "solve", lambda *a, **k: pytest.fail("minimize ran the forward solve"))
+    with pytest.raises(ValueError, match=r"minimize\(problem=\.\.\.\) needs a problem whose terms have parameters"):
+        wmt.minimize(problem, torch.zeros(0, dtype=torch.float64), _tensor(x, device, False), solver=solver)

@@ -367,12 +367,18 @@ def minimize(
         x*, a fresh tensor of ``x0``'s shape, dtype and device.
 
     Raises:
-        ValueError: theta has another length than ``problem.parameter_count``.
+        ValueError: the problem has no parameters, or theta has another length than ``problem.parameter_count``.
         RuntimeError: the solve did not converge.
     """
     from warp_meshad._src.solve.solvers import NewtonSolver
 
     _check_problem(problem, "minimize")
+    if problem.parameter_count == 0:  # refused before the forward solve: only the backward would need them
+        raise ValueError(
+            "warp_meshad.torch.minimize(problem=...) needs a problem whose terms have parameters (add_term(..., "
+            "data=..., parameters=(\"field\", ...))): x*(theta) has no theta to differentiate in; for the minimizer "
+            "alone call a solver's solve(x)"
+        )
     _check_variables(problem, x0, "x0", "minimize")
     if not isinstance(theta, torch.Tensor) or theta.ndim != 1 or theta.shape[0] != problem.parameter_count:
         got = f"shape {tuple(theta.shape)}" if isinstance(theta, torch.Tensor) else type(theta).__name__
