@@ -35,10 +35,14 @@ import re
 import sys
 import threading
 
-__all__ = ["GENERATOR_VERSION", "MODES", "cache_dir", "load", "module_name", "source"]
+__all__ = [
+    "GENERATOR_VERSION", "MODES", "UNROLLED_PROJECTION_MAX_K", "cache_dir", "load", "module_name", "packed_index",
+    "source",
+]
 
 GENERATOR_VERSION = "2"
 MODES = ("plain", "grad", "hess")
+UNROLLED_PROJECTION_MAX_K = 12  # Hessian duals of k <= this also get project_psd_unrolled
 _PACKAGE = "warp_meshad.kernels._generated"
 _lock = threading.Lock()
 _loaded: dict[tuple, object] = {}
@@ -574,7 +578,7 @@ TINY = {"1.0e-300" if dtype == "float64" else "1.0e-30"}  # floor of a failed Ch
 
     if hess:
         _psd(out, dtype)
-        if k <= 12:
+        if k <= UNROLLED_PROJECTION_MAX_K:
             _psd_unrolled(out, k)
 
 
@@ -675,15 +679,16 @@ def project_psd(h: matK, eps: S, absolute: int, n: int):
     )
 
 
-def _pi(i: int, j: int, k: int) -> int:
-    """Index of entry (i, j) of a symmetric k x k matrix in its packed upper triangle (row by row)."""
+def packed_index(i: int, j: int, k: int) -> int:
+    """Index of entry (i, j) of a symmetric k x k matrix in its packed upper triangle (row by row): where a
+    Hessian dual's ``h`` (and a generated kernel's local Hessian) keeps it."""
     if i > j:
         i, j = j, i
     return i * k - i * (i - 1) // 2 + (j - i)
 
 
 def _upper_pairs(k: int) -> list[tuple[int, int]]:
-    """The (i, j), i <= j, of a k x k upper triangle in packed order (``_pi(i, j, k)`` is the position)."""
+    """The (i, j), i <= j, of a k x k upper triangle in packed order (``packed_index(i, j, k)`` is the position)."""
     return [(i, j) for i in range(k) for j in range(i, k)]
 
 
@@ -714,11 +719,11 @@ def _packed(out: _Src, k: int):
     )
     out.func(
         "def unpack(h: vecP):\n    return matK("
-        + ", ".join(f"h[{_pi(i, j, k)}]" for i in range(k) for j in range(k)) + ")"
+        + ", ".join(f"h[{packed_index(i, j, k)}]" for i in range(k) for j in range(k)) + ")"
     )
     out.func("def pack(m: matK):\n    return vecP(" + ", ".join(f"m[{i}, {j}]" for i, j in pairs) + ")")
     vl = "".join(f"    v{i} = v[{i}]\n" for i in range(k))
-    rows = ", ".join(" + ".join(f"h[{_pi(i, j, k)}] * v{j}" for j in range(k)) for i in range(k))
+    rows = ", ".join(" + ".join(f"h[{packed_index(i, j, k)}] * v{j}" for j in range(k)) for i in range(k))
     out.func("def sym_mv(h: vecP, v: vecK):\n" + vl + f"    return vecK({rows})")
 
 

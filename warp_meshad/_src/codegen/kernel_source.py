@@ -5,7 +5,10 @@ energy, keeps the local gradient and Hessian in registers and scatters them with
 into the preallocated gradient array and the BSR block slots found when the pattern was built.
 
 Kernel sources are text (the number of element variables is unrolled into separate locals, since
-Warp has no local arrays of structs); they are compiled with ``wp.Kernel(source=...)``.
+Warp has no local arrays of structs); they are compiled with ``wp.Kernel(source=...)``. What each mode
+reads and writes is declared in :mod:`.contract`; here one emitter per mode family writes its text
+(:data:`_EMITTERS`) on a :class:`_Kernel`, which holds the lines every mode shares and the scatters of
+the variant (float atomics, deterministic contribution buffers, or a tiled patch's rows).
 """
 
 from __future__ import annotations
@@ -15,11 +18,10 @@ import re
 
 import warp as wp
 
-from warp_meshad.kernels._dualgen import _pi
+from warp_meshad._src.codegen.contract import UNROLLED_PROJECTION, KernelMode, capabilities, mode_of, packed_index
 
-__all__ = ["KernelSpec", "make_kernel", "MODES"]
+__all__ = ["KernelSpec", "kernel_source", "make_kernel"]
 
-MODES = ("probe", "energy", "gradient", "hessian", "hessian_proj", "hvp", "residual", "jacobian", "gauss_newton", "mixed")
 _XYZW = "xyzw"
 
 
@@ -58,6 +60,276 @@ def _components(expr: str, rdim: int) -> list[str]:
     return [f"{expr}.{_XYZW[c]}" for c in range(rdim)]
 
 
+class _Kernel:
+    """The text of one kernel being written: its argument and body lines, and how its variant scatters.
+
+    The constructor writes the part every mode shares: the arguments ``elements, x, [data], weight``, the
+    element's variables (read, or seeded as duals from ``d * a`` on) and the energy call, whose result is ``r``
+    (``rv`` where a residual vector is then squared). The mode's emitter (:data:`_EMITTERS`) adds the rest.
+    """
+
+    def __init__(self, spec: KernelSpec, mode: KernelMode, deterministic: bool, unrolled: bool, tiled: bool,
+                 tile_store: str):  # fmt: skip
+        self.spec, self.mode, self.unrolled, self.tile_store = spec, mode, unrolled, tile_store
+        self.n, self.d, self.k = spec.valence, spec.dim, spec.k
+        self.res = spec.residual_dim > 0
+        self.tiled = tiled and mode.tileable
+        # conflict-free rounds: plain shared-memory adds in a fixed order
+        self.tiled_det = self.tiled and deterministic
+        self.deterministic = deterministic and not self.tiled
+        # the local Hessian ``h`` is the dual's packed upper triangle, except where it is a k x k matrix: the
+        # Gauss-Newton sum and the loop projection (which unpacks the dual's first)
+        self.packed = mode.packed_hessian(unrolled)
+        n, d = self.n, self.d
+        self.args = ["elements: wp.array2d(dtype=wp.int32)", "x: wp.array(dtype=_VarT)"]
+        if spec.has_data:
+            self.args.append("data: _DataT")
+        self.args.append("weight: _S")
+        if self.tiled:
+            self.body = ["e = patch_entries[wp.where(q < q_end, q, q_start)]", "valid = q < q_end"]
+        else:
+            self.body = ["e = wp.tid()"]
+        for a in range(n):
+            self.body.append(f"i{a} = elements[e, {a}]")
+        for a in range(n):
+            self.body.append(f"x{a} = _D.seed(x[i{a}], {a * d})" if mode.seeds else f"x{a} = x[i{a}]")
+        xs = ", ".join(f"x{a}" for a in range(n))
+        rname = "rv" if self.res and spec.residual_dim > 1 and mode.squares_residual else "r"
+        call_data = ", data" if spec.has_data else ""
+        self.body.append(f"{rname} = _energy(e, {xs}{call_data})")
+
+    def add(self, *lines: str) -> None:
+        self.body.extend(lines)
+
+    # -- scatters of the variant (plain: float atomics; deterministic: own slots; tiled: the patch's rows) --------
+
+    def scatter_energy(self, expr: str) -> str:
+        # element energies go to their own slots (summed afterwards by a block reduction): a float
+        # atomic on one address from every thread serializes the whole launch
+        if self.tiled:
+            return f"if valid and slots[e, 0] >= pb and slots[e, 0] < pe:\n    energy_out[offs[0] + e] = {expr}"
+        return f"energy_out[offs[0] + e] = {expr}"
+
+    def scatter_vec(self, arr: str, a: int, expr: str) -> str:
+        n = self.n
+        if self.tiled_det and arr == "grad":
+            s = f"slots[e, {a * n + a}]"
+            return f"wp.tile_scatter_add(gtile, i{a} - rb, {expr}, valid and {s} >= pb and {s} < pe, False)"
+        if self.tiled:
+            s = f"slots[e, {a * n + a}]"
+            return f"if valid and {s} >= pb and {s} < pe:\n    wp.atomic_add({arr}, i{a}, {expr})"
+        if self.deterministic:
+            return f"{arr}[offs[1] + e * {n} + {a}] = {expr}"
+        return f"wp.atomic_add({arr}, i{a}, {expr})"
+
+    def scatter_block(self, a: int, b: int, expr: str) -> str:
+        n = self.n
+        if self.tiled:
+            atomic_flag = ", False" if self.tiled_det else ""
+            return (
+                f"s{a}_{b} = slots[e, {a * n + b}]\n"
+                f"wp.tile_scatter_add(tile, s{a}_{b} - pb, {expr}, valid and s{a}_{b} >= pb and s{a}_{b} < pe{atomic_flag})"
+            )
+        if self.deterministic:
+            return f"hvals[offs[2] + e * {n * n} + {a * n + b}] = {expr}"
+        return f"wp.atomic_add(hvals, slots[e, {a * n + b}], {expr})"
+
+    # -- local values --------------------------------------------------------------------------------------------
+
+    def block(self, a: int, b: int) -> str:
+        """Constructor of the d x d block (a, b) of the local Hessian ``h`` (a scalar when d = 1)."""
+        d = self.d
+        if d == 1:
+            return self.hget(a * d, b * d)
+        return "_BlockT(" + ", ".join(self.hget(a * d + i, b * d + j) for i in range(d) for j in range(d)) + ")"
+
+    def vecblock(self, g: str, a: int) -> str:
+        """Variable ``a``'s part of the local vector ``g``."""
+        d = self.d
+        if d == 1:
+            return f"{g}[{a * d}]"
+        return "_VarT(" + ", ".join(f"{g}[{a * d + i}]" for i in range(d)) + ")"
+
+    def hget(self, i: int, j: int) -> str:
+        """Entry (i, j) of the local Hessian ``h``."""
+        return f"h[{packed_index(i, j, self.k)}]" if self.packed else f"h[{i}, {j}]"
+
+    def text(self, name: str) -> str:
+        if self.mode.offsets:
+            self.args.append("offs: wp.vec3i")
+        body = [t for s in self.body for t in s.split("\n")]
+        if self.tiled:
+            extra, head, tail = _tiled_frame(self.tiled_det, self.d if self.tile_store == "number" else 1)
+            self.args += extra
+            body = head + ["    " + t for t in body] + tail
+        lines = [f"def {name}(" + ", ".join(self.args) + "):"]
+        lines += ["    " + s for s in body]
+        return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the modes' emitters
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _emit_probe(kt: _Kernel) -> None:
+    """The energy call alone: code generation reads its return type."""
+
+
+def _emit_energy(kt: _Kernel) -> None:
+    """The element's energy (``1/2 |r|^2`` of a residual) into its slot."""
+    kt.args.append("energy_out: wp.array(dtype=_S)")
+    if kt.res:
+        kt.add("f = _S(0.5) * " + ("_D.sq(r)" if kt.spec.residual_dim == 1 else "_D.length_sq(r)"))
+    else:
+        kt.add("f = r")
+    kt.add(kt.scatter_energy("weight * f"))
+
+
+def _emit_residual(kt: _Kernel) -> None:
+    """The element's residual components, times sqrt(weight), into rows ``row_start + e * m + c``."""
+    kt.args += ["row_start: int", "res_out: wp.array(dtype=_S)"]
+    kt.add("sw = wp.sqrt(weight)")
+    rdim = kt.spec.residual_dim
+    for c, rc in enumerate(_components("r", rdim)):
+        kt.add(f"res_out[row_start + e * {rdim} + {c}] = sw * {rc}")
+
+
+def _emit_jacobian(kt: _Kernel) -> None:
+    """The residual and its 1 x d Jacobian blocks (one per component and variable) at ``jslots``."""
+    n, d, rdim = kt.n, kt.d, kt.spec.residual_dim
+    kt.args += [
+        "row_start: int",
+        "jslots: wp.array2d(dtype=wp.int32)",
+        "res_out: wp.array(dtype=_S)",
+        "jvals: wp.array(dtype=_JBlockT)",
+    ]
+    kt.add("sw = wp.sqrt(weight)")
+    for c, rc in enumerate(_components("r", rdim)):
+        kt.add(f"rc{c} = {rc}", f"res_out[row_start + e * {rdim} + {c}] = sw * rc{c}.v", f"g{c} = rc{c}.g")
+        for a in range(n):
+            if d == 1:
+                blk = f"g{c}[{a}] * sw"
+            else:
+                blk = "wp.matrix_from_rows(_VarT(" + ", ".join(f"g{c}[{a * d + i}]" for i in range(d)) + ")) * sw"
+            kt.add(f"wp.atomic_add(jvals, jslots[e, {c * n + a}], {blk})")
+
+
+def _emit_mixed(kt: _Kernel) -> None:
+    """Derivatives in the element's parameters (read by the rewritten energy as duals seeded after the variables):
+    dE/dtheta atomically added at the parameters' global indices ``pidx[e]``, and the mixed block d2E/dx dtheta of
+    every (variable, parameter) pair to the element's own places of ``mixed``."""
+    n, d, k = kt.n, kt.d, kt.k
+    p = kt.spec.param_count
+    kk = k + p
+    kt.args += [
+        "energy_out: wp.array(dtype=_S)",
+        "theta_grad: wp.array(dtype=_S)",
+        "pidx: wp.array2d(dtype=wp.int32)",
+        "mixed: wp.array(dtype=_MixT)",
+    ]
+    kt.add(kt.scatter_energy("weight * r.v"), "g = r.g * weight", "h = r.h * weight")
+    for j in range(p):
+        kt.add(f"wp.atomic_add(theta_grad, pidx[e, {j}], g[{k + j}])")
+    for a in range(n):
+        for j in range(p):
+            if d == 1:
+                val = f"h[{packed_index(a, k + j, kk)}]"
+            else:
+                val = "wp.matrix_from_cols(_VarT(" + ", ".join(
+                    f"h[{packed_index(a * d + i, k + j, kk)}]" for i in range(d)) + "))"  # fmt: skip
+            kt.add(f"mixed[e * {n * p} + {a * p + j}] = {val}")
+
+
+def _emit_derivatives(kt: _Kernel) -> None:
+    """Energy, gradient and Hessian (or Hessian-vector product) of the element: the local ``g`` and ``h`` from
+    the dual (or the Gauss-Newton sum over the residual's components), then scattered."""
+    m = kt.mode
+    kt.args += ["energy_out: wp.array(dtype=_S)", "grad: wp.array(dtype=_VarT)"]
+    if m.gauss_newton:
+        _local_gauss_newton(kt)
+    else:
+        _local_dual(kt)
+    if "hv" in m.writes:
+        _scatter_hvp(kt)
+    else:
+        for a in range(kt.n):
+            kt.add(kt.scatter_vec("grad", a, kt.vecblock("g", a)))
+    if "hessian" in m.writes:
+        _scatter_hessian(kt)
+
+
+def _local_gauss_newton(kt: _Kernel) -> None:
+    """``f = 1/2 |r|^2``, ``g = J^T r``, ``h = J^T J`` (a k x k matrix) summed over the residual's components."""
+    kt.add("f = _S(0.0)", "g = _VecK()", "h = _MatK()")
+    for c, rc in enumerate(_components("r", kt.spec.residual_dim)):
+        kt.add(
+            f"rc{c} = {rc}",
+            f"f = f + rc{c}.v * rc{c}.v",
+            f"gc{c} = rc{c}.g",
+            f"g = g + gc{c} * rc{c}.v",
+            f"h = h + wp.outer(gc{c}, gc{c})",
+        )
+    kt.add(kt.scatter_energy("_S(0.5) * weight * f"), "g = g * weight", "h = h * weight")
+
+
+def _local_dual(kt: _Kernel) -> None:
+    """``g`` and ``h`` from the energy's dual (of ``1/2 |r|^2`` for a residual), projected to PSD if the mode is."""
+    m = kt.mode
+    if kt.res:
+        square = "_D.sq(r)" if kt.spec.residual_dim == 1 else "_D.length_sq(rv)"
+        kt.add(f"r = _D.mul({square}, _S(0.5))")
+    kt.add(kt.scatter_energy("weight * r.v"), "g = r.g * weight")
+    if m.projected:
+        kt.args += ["eps: _S", "absolute: int"]
+        if kt.unrolled:  # literal indices: registers instead of local memory (GPU)
+            kt.add("h = _D.project_psd_unrolled(r.h * weight, eps, absolute)")
+        else:
+            kt.add(f"h = _D.project_psd(_D.unpack(r.h * weight), eps, absolute, {kt.k})")
+    elif m.dual == "hess":
+        kt.add("h = r.h * weight")
+
+
+def _scatter_hvp(kt: _Kernel) -> None:
+    """``h v`` of the element's variables' part of ``v``, scattered to ``hv_out``."""
+    n, d = kt.n, kt.d
+    kt.args += ["v: wp.array(dtype=_VarT)", "hv_out: wp.array(dtype=_VarT)"]
+    if d == 1:
+        vals = ", ".join(f"v[i{a}]" for a in range(n))
+    else:
+        vals = ", ".join(f"va{a}[{i}]" for a in range(n) for i in range(d))
+        for a in range(n):
+            kt.add(f"va{a} = v[i{a}]")
+    kt.add(f"vl = _VecK({vals})", "hvl = _D.sym_mv(h, vl)")
+    for a in range(n):
+        kt.add(kt.scatter_vec("hv_out", a, kt.vecblock("hvl", a)))
+
+
+def _scatter_hessian(kt: _Kernel) -> None:
+    """The element's n x n blocks of ``h`` into the Hessian's values (``slots[e, a * n + b]``)."""
+    # tiled, blocks of several numbers: the patch's values are written out one number per thread
+    # (a flat view of the BSR values), so a warp's stores are contiguous
+    hv_t = "_S" if kt.tiled and kt.d > 1 and kt.tile_store == "number" else "_BlockT"
+    kt.args += ["slots: wp.array2d(dtype=wp.int32)", f"hvals: wp.array(dtype={hv_t})"]
+    for a in range(kt.n):
+        for b in range(kt.n):
+            kt.add(kt.scatter_block(a, b, kt.block(a, b)))
+
+
+_EMITTERS = {
+    "probe": _emit_probe,
+    "energy": _emit_energy,
+    "residual": _emit_residual,
+    "jacobian": _emit_jacobian,
+    "mixed": _emit_mixed,
+    "gradient": _emit_derivatives,
+    "hessian": _emit_derivatives,
+    "hessian_proj": _emit_derivatives,
+    "hvp": _emit_derivatives,
+    "gauss_newton": _emit_derivatives,
+}
+
+
 def kernel_source(
     spec: KernelSpec,
     mode: str,
@@ -67,7 +339,7 @@ def kernel_source(
     tiled: bool = False,
     tile_store: str = "number",
 ) -> str:
-    """Source text of the kernel ``name`` for ``mode`` (see :data:`MODES`).
+    """Source text of the kernel ``name`` for ``mode`` (a key of :data:`~.contract.MODES`).
 
     Element energies are always written to their own slots of a buffer (offset ``offs[0]`` of the
     term), summed afterwards. With ``deterministic``, nothing is accumulated with float atomics: each
@@ -84,206 +356,9 @@ def kernel_source(
     so no global float atomics touch the Hessian. The element's energy is kept by the patch owning
     its first variable's row, gradient entries by the patch owning their row.
     """
-    n, d, k = spec.valence, spec.dim, spec.k
-    res = spec.residual_dim > 0
-    tiled = tiled and mode in ("hessian", "hessian_proj")
-    tiled_det = tiled and deterministic  # conflict-free rounds: plain shared-memory adds in a fixed order
-    deterministic = deterministic and not tiled
-    args = ["elements: wp.array2d(dtype=wp.int32)", "x: wp.array(dtype=_VarT)"]
-    if spec.has_data:
-        args.append("data: _DataT")
-    args.append("weight: _S")
-    call_data = ", data" if spec.has_data else ""
-    body = ["e = wp.tid()"]
-    if tiled:
-        body = [
-            "e = patch_entries[wp.where(q < q_end, q, q_start)]",
-            "valid = q < q_end",
-        ]
-    atomic_flag = ", False" if tiled_det else ""
-    for a in range(n):
-        body.append(f"i{a} = elements[e, {a}]")
-    if mode in ("probe", "energy", "residual"):
-        for a in range(n):
-            body.append(f"x{a} = x[i{a}]")
-    else:
-        for a in range(n):
-            body.append(f"x{a} = _D.seed(x[i{a}], {a * d})")
-    xs = ", ".join(f"x{a}" for a in range(n))
-    rname = "rv" if (res and spec.residual_dim > 1 and mode not in ("probe", "residual", "jacobian", "gauss_newton", "energy")) else "r"
-    body.append(f"{rname} = _energy(e, {xs}{call_data})")
-
-    def scatter_energy(expr):
-        # element energies go to their own slots (summed afterwards by a block reduction): a float
-        # atomic on one address from every thread serializes the whole launch
-        if tiled:
-            return f"if valid and slots[e, 0] >= pb and slots[e, 0] < pe:\n    energy_out[offs[0] + e] = {expr}"
-        return f"energy_out[offs[0] + e] = {expr}"
-
-    def scatter_vec(arr, a, expr):
-        if tiled_det and arr == "grad":
-            s = f"slots[e, {a * n + a}]"
-            return f"wp.tile_scatter_add(gtile, i{a} - rb, {expr}, valid and {s} >= pb and {s} < pe, False)"
-        if tiled:
-            s = f"slots[e, {a * n + a}]"
-            return f"if valid and {s} >= pb and {s} < pe:\n    wp.atomic_add({arr}, i{a}, {expr})"
-        if deterministic:
-            return f"{arr}[offs[1] + e * {n} + {a}] = {expr}"
-        return f"wp.atomic_add({arr}, i{a}, {expr})"
-
-    def scatter_block(a, b, expr):
-        if tiled:
-            return (
-                f"s{a}_{b} = slots[e, {a * n + b}]\n"
-                f"wp.tile_scatter_add(tile, s{a}_{b} - pb, {expr}, valid and s{a}_{b} >= pb and s{a}_{b} < pe{atomic_flag})"
-            )
-        if deterministic:
-            return f"hvals[offs[2] + e * {n * n} + {a * n + b}] = {expr}"
-        return f"wp.atomic_add(hvals, slots[e, {a * n + b}], {expr})"
-
-    def block(expr_of):
-        """Constructor of a d x d block (or scalar) from h-index expressions."""
-        if d == 1:
-            return expr_of(0, 0)
-        vals = ", ".join(expr_of(i, j) for i in range(d) for j in range(d))
-        return f"_BlockT({vals})"
-
-    def vecblock(g, a):
-        if d == 1:
-            return f"{g}[{a * d}]"
-        return "_VarT(" + ", ".join(f"{g}[{a * d + i}]" for i in range(d)) + ")"
-
-    # the local Hessian ``h`` is the dual's packed upper triangle, except where it is a k x k matrix: the
-    # Gauss-Newton sum and the loop projection (which unpacks the dual's first)
-    packed = mode in ("hessian", "hvp") or (mode == "hessian_proj" and unrolled)
-
-    def hget(i, j):
-        """Entry (i, j) of the local Hessian ``h``."""
-        return f"h[{_pi(i, j, k)}]" if packed else f"h[{i}, {j}]"
-
-    if mode == "probe":
-        pass
-    elif mode == "energy":
-        args.append("energy_out: wp.array(dtype=_S)")
-        if res:
-            body.append("f = _S(0.5) * " + ("_D.sq(r)" if spec.residual_dim == 1 else "_D.length_sq(r)"))
-        else:
-            body.append("f = r")
-        body.append(scatter_energy("weight * f"))
-    elif mode == "residual":
-        args += ["row_start: int", "res_out: wp.array(dtype=_S)"]
-        body.append("sw = wp.sqrt(weight)")
-        for c, rc in enumerate(_components("r", spec.residual_dim)):
-            body.append(f"res_out[row_start + e * {spec.residual_dim} + {c}] = sw * {rc}")
-    elif mode == "jacobian":
-        args += [
-            "row_start: int",
-            "jslots: wp.array2d(dtype=wp.int32)",
-            "res_out: wp.array(dtype=_S)",
-            "jvals: wp.array(dtype=_JBlockT)",
-        ]
-        body.append("sw = wp.sqrt(weight)")
-        for c, rc in enumerate(_components("r", spec.residual_dim)):
-            body.append(f"rc{c} = {rc}")
-            body.append(f"res_out[row_start + e * {spec.residual_dim} + {c}] = sw * rc{c}.v")
-            body.append(f"g{c} = rc{c}.g")
-            for a in range(n):
-                if d == 1:
-                    blk = f"g{c}[{a}] * sw"
-                else:
-                    blk = "wp.matrix_from_rows(_VarT(" + ", ".join(f"g{c}[{a * d + i}]" for i in range(d)) + ")) * sw"
-                body.append(f"wp.atomic_add(jvals, jslots[e, {c * n + a}], {blk})")
-    elif mode == "mixed":
-        # derivatives in the element's parameters (read by the rewritten energy as duals seeded after the
-        # variables): dE/dtheta atomically added at the parameters' global indices ``pidx[e]``, and the mixed
-        # block d2E/dx dtheta of every (variable, parameter) pair to the element's own places of ``mixed``
-        p = spec.param_count
-        kk = k + p
-        args += [
-            "energy_out: wp.array(dtype=_S)",
-            "theta_grad: wp.array(dtype=_S)",
-            "pidx: wp.array2d(dtype=wp.int32)",
-            "mixed: wp.array(dtype=_MixT)",
-        ]
-        body.append(scatter_energy("weight * r.v"))
-        body.append("g = r.g * weight")
-        body.append("h = r.h * weight")
-        for j in range(p):
-            body.append(f"wp.atomic_add(theta_grad, pidx[e, {j}], g[{k + j}])")
-        for a in range(n):
-            for j in range(p):
-                if d == 1:
-                    val = f"h[{_pi(a, k + j, kk)}]"
-                else:
-                    val = "wp.matrix_from_cols(_VarT(" + ", ".join(f"h[{_pi(a * d + i, k + j, kk)}]" for i in range(d)) + "))"
-                body.append(f"mixed[e * {n * p} + {a * p + j}] = {val}")
-    else:
-        args.append("energy_out: wp.array(dtype=_S)")
-        args.append("grad: wp.array(dtype=_VarT)")
-        if mode == "gauss_newton":
-            body.append("f = _S(0.0)")
-            body.append("g = _VecK()")
-            body.append("h = _MatK()")
-            for c, rc in enumerate(_components("r", spec.residual_dim)):
-                body.append(f"rc{c} = {rc}")
-                body.append(f"f = f + rc{c}.v * rc{c}.v")
-                body.append(f"gc{c} = rc{c}.g")
-                body.append(f"g = g + gc{c} * rc{c}.v")
-                body.append(f"h = h + wp.outer(gc{c}, gc{c})")
-            body.append(scatter_energy("_S(0.5) * weight * f"))
-            body.append("g = g * weight")
-            body.append("h = h * weight")
-        else:
-            if res:
-                body.append(
-                    "r = _D.mul(_D.sq(r), _S(0.5))" if spec.residual_dim == 1 else "r = _D.mul(_D.length_sq(rv), _S(0.5))"
-                )
-            body.append(scatter_energy("weight * r.v"))
-            body.append("g = r.g * weight")
-            if mode in ("hessian", "hvp"):
-                body.append("h = r.h * weight")
-            elif mode == "hessian_proj":
-                args += ["eps: _S", "absolute: int"]
-                if unrolled:  # literal indices: registers instead of local memory (GPU)
-                    body.append("h = _D.project_psd_unrolled(r.h * weight, eps, absolute)")
-                else:
-                    body.append(f"h = _D.project_psd(_D.unpack(r.h * weight), eps, absolute, {k})")
-        if mode == "hvp":
-            args += ["v: wp.array(dtype=_VarT)", "hv_out: wp.array(dtype=_VarT)"]
-            if d == 1:
-                vals = ", ".join(f"v[i{a}]" for a in range(n))
-            else:
-                vals = ", ".join(f"va{a}[{i}]" for a in range(n) for i in range(d))
-                for a in range(n):
-                    body.append(f"va{a} = v[i{a}]")
-            body.append(f"vl = _VecK({vals})")
-            body.append("hvl = _D.sym_mv(h, vl)")
-            for a in range(n):
-                body.append(scatter_vec("hv_out", a, vecblock("hvl", a)))
-        else:
-            for a in range(n):
-                body.append(scatter_vec("grad", a, vecblock("g", a)))
-        if mode in ("hessian", "hessian_proj", "gauss_newton"):
-            # tiled, blocks of several numbers: the patch's values are written out one number per thread
-            # (a flat view of the BSR values), so a warp's stores are contiguous
-            hv_t = "_S" if tiled and d > 1 and tile_store == "number" else "_BlockT"
-            args += ["slots: wp.array2d(dtype=wp.int32)", f"hvals: wp.array(dtype={hv_t})"]
-            for a in range(n):
-                for b in range(n):
-                    blk = block(lambda i, j, a=a, b=b: hget(a * d + i, b * d + j))
-                    body.append(scatter_block(a, b, blk))
-    if mode not in ("probe", "residual", "jacobian"):
-        args.append("offs: wp.vec3i")
-    if tiled:
-        extra, head, tail = _tiled_frame(tiled_det, d if tile_store == "number" else 1)
-        args += extra
-        loop = [t for s in body for t in s.split("\n")]
-        body = head + ["    " + t for t in loop] + tail
-    else:
-        body = [t for s in body for t in s.split("\n")]
-    lines = [f"def {name}(" + ", ".join(args) + "):"]
-    lines += ["    " + s for s in body]
-    return "\n".join(lines) + "\n"
+    kt = _Kernel(spec, mode_of(mode), deterministic, unrolled, tiled, tile_store)
+    _EMITTERS[mode](kt)
+    return kt.text(name)
 
 
 def _tiled_frame(deterministic: bool, d: int = 1) -> tuple[list[str], list[str], list[str]]:
@@ -391,7 +466,7 @@ def make_kernel(
 
     Args:
         spec: shape of the term.
-        mode: one of :data:`MODES`.
+        mode: a key of :data:`~.contract.MODES`.
         energy_fn: concrete Warp function instance of the user's energy for this mode.
         ns: generated namespace (dual module for derivative modes).
         data_type: the user's data struct type, or None.
@@ -424,7 +499,8 @@ def make_kernel(
         "_CAP": int(tile_cap),
         "_RCAP": int(tile_row_cap or tile_cap),
     }
-    unrolled = unrolled and mode == "hessian_proj" and hasattr(ns, "project_psd_unrolled")
+    m = mode_of(mode)
+    unrolled = unrolled and m.projected and UNROLLED_PROJECTION in capabilities(m.dual, k)
     tiled = tile_cap > 0
     tmp = kernel_source(spec, mode, "kernel", deterministic, unrolled, tiled, tile_store) + f"# cap {tile_cap}" + (f" rows {tile_row_cap}" if tile_row_cap else "")
     digest = hashlib.sha1((tmp + energy_fn.key).encode()).hexdigest()[:10]

@@ -1,0 +1,283 @@
+"""The code-generation contract: the kernel modes, the dual API the kernel text may call, the kernel-variant key.
+
+Three generators meet here and nowhere else: :mod:`warp_meshad.kernels._dualgen` writes the dual modules,
+:mod:`.energy_rewrite` rewrites a user's energy to run on them, and :mod:`.kernel_source` writes the per-element
+kernels that seed the duals, call the energy and scatter what it returns. This module states what each side may
+rely on:
+
+* :data:`MODES`: one :class:`KernelMode` per kernel mode (which dual module it runs the energy with, which terms
+  have it, what it reads and writes, which variants it has);
+* :data:`DUAL_API`: the names of a dual module the kernel text calls (``_D.seed``, ``_D.sym_mv``, ...) and the fields
+  it reads (``.v .g .h``), with the :func:`capabilities` a module of one (kind, k) has; :func:`missing_names`
+  checks a generated module against them;
+* :class:`KernelVariant`: every choice besides the term's shape that gives a kernel different text or compile
+  options (the kernel cache's key and the kernel's name suffix).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from warp_meshad.kernels._dualgen import UNROLLED_PROJECTION_MAX_K, packed_index
+
+__all__ = [
+    "DUAL_API",
+    "DUAL_FIELDS",
+    "KernelMode",
+    "KernelVariant",
+    "MODES",
+    "UNROLLED_PROJECTION",
+    "DualName",
+    "capabilities",
+    "missing_names",
+    "mode_of",
+    "packed_index",
+]
+
+# ----------------------------------------------------------------------------------------------------------------------
+# kernel modes
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelMode:
+    """What one kernel mode does.
+
+    Attributes:
+        name: the mode's name (``"hessian_proj"``).
+        dual: the dual module the energy runs with: ``"plain"`` (no duals: the variables are read as they are),
+            ``"grad"`` (value + gradient) or ``"hess"`` (value + gradient + packed Hessian); the kernel seeds one
+            dual per variable scalar unless ``"plain"``.
+        terms: the terms that have the mode: ``"scalar"``, ``"residual"`` or ``"both"``.
+        reads: kernel inputs beyond ``elements, x, [data], weight`` that the mode reads.
+        writes: what the mode writes (``"energy"``, ``"gradient"``, ``"hessian"``, ``"hv"``, ``"residual"``,
+            ``"jacobian"``, ``"theta_gradient"``, ``"mixed"``).
+        deterministic: has the deterministic variant (the problem's ``deterministic`` option): gradient and Hessian
+            go to the element's own places of contribution buffers (offsets ``offs[1]``, ``offs[2]``), summed in a
+            fixed order, instead of float atomics. ``energy`` (whose energies always go to their own slots) and
+            ``mixed`` (whose parameter gradient stays atomic) keep their text but get kernels of their own.
+        offsets: takes ``offs: wp.vec3i`` (the term's places in the energy and contribution buffers).
+        tileable: has the tiled variant (a thread block per patch of block rows, coalesced stores).
+        projected: projects each element's Hessian to PSD (reads ``eps``, ``absolute``); has the unrolled variant.
+        squares_residual: on a residual term, differentiates the dual of ``1/2 |r|^2`` (as a scalar energy).
+        gauss_newton: sums ``J^T r`` and ``J^T J`` over the residual's components (a k x k local Hessian) instead.
+    """
+
+    name: str
+    dual: str
+    terms: str
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    deterministic: bool = False
+    offsets: bool = True
+    tileable: bool = False
+    projected: bool = False
+    squares_residual: bool = False
+    gauss_newton: bool = False
+
+    @property
+    def seeds(self) -> bool:
+        """Whether the kernel seeds dual variables (every mode but the plain ones)."""
+        return self.dual != "plain"
+
+    def packed_hessian(self, unrolled: bool) -> bool:
+        """Whether the kernel's local Hessian ``h`` is the dual's packed upper triangle (entry (i, j) at
+        ``h[packed_index(i, j, k)]``) rather than a k x k matrix (the Gauss-Newton sum; the loop projection,
+        which unpacks the dual's first)."""
+        return self.dual == "hess" and (not self.projected or unrolled)
+
+
+_DERIV = ("energy", "gradient")
+MODES: dict[str, KernelMode] = {
+    m.name: m
+    for m in (
+        # generates the energy call only (no C++ compiled): add_term reads the energy's return type
+        KernelMode("probe", "plain", "both", offsets=False),
+        KernelMode("energy", "plain", "both", writes=("energy",), deterministic=True),
+        KernelMode("gradient", "grad", "both", writes=_DERIV, deterministic=True, squares_residual=True),
+        KernelMode("hessian", "hess", "both", writes=(*_DERIV, "hessian"), deterministic=True, tileable=True,
+                   squares_residual=True),  # fmt: skip
+        KernelMode("hessian_proj", "hess", "both", reads=("eps", "absolute"), writes=(*_DERIV, "hessian"),
+                   deterministic=True, tileable=True, projected=True, squares_residual=True),  # fmt: skip
+        KernelMode("hvp", "hess", "both", reads=("v",), writes=("energy", "hv"), deterministic=True,
+                   squares_residual=True),  # fmt: skip
+        KernelMode("residual", "plain", "residual", reads=("row_start",), writes=("residual",), offsets=False),
+        KernelMode("jacobian", "grad", "residual", reads=("row_start", "jslots"), writes=("residual", "jacobian"),
+                   offsets=False),  # fmt: skip
+        KernelMode("gauss_newton", "grad", "residual", writes=(*_DERIV, "hessian"), deterministic=True,
+                   gauss_newton=True),  # fmt: skip
+        # derivatives in the element's parameters: duals over the variables, then the parameters
+        KernelMode("mixed", "hess", "scalar", reads=("pidx",), writes=("energy", "theta_gradient", "mixed"),
+                   deterministic=True),  # fmt: skip
+    )
+}
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the dual API
+# ----------------------------------------------------------------------------------------------------------------------
+
+UNROLLED_PROJECTION = "unrolled_projection"  # capability: project_psd_unrolled (literal indices, for GPUs)
+
+
+@dataclass(frozen=True)
+class DualName:
+    """A name of a generated dual module that generated kernel text calls as ``_D.<name>``.
+
+    Attributes:
+        name: the module attribute.
+        kinds: the dual modules (``_dualgen`` modes) that provide it.
+        capability: None when every module of those kinds has it; else the capability (see :func:`capabilities`)
+            a module must have for it.
+        signature: how the kernel text calls it, for readers.
+    """
+
+    name: str
+    kinds: tuple[str, ...]
+    signature: str
+    capability: str | None = None
+
+
+DUAL_API: dict[str, DualName] = {
+    d.name: d
+    for d in (
+        DualName("seed", ("grad", "hess"), "seed(x: S | vecN, offset: int) -> Dual | DVecN"),
+        DualName("sq", ("plain", "grad", "hess"), "sq(r) -> r * r"),
+        DualName("length_sq", ("plain", "grad", "hess"), "length_sq(r: vecN | DVecN) -> |r|^2"),
+        DualName("mul", ("plain", "grad", "hess"), "mul(a, b) -> a * b"),
+        DualName("unpack", ("hess",), "unpack(h: vecP) -> matK"),
+        DualName("sym_mv", ("hess",), "sym_mv(h: vecP, v: vecK) -> vecK"),
+        DualName("project_psd", ("hess",), "project_psd(h: matK, eps: S, absolute: int, n: int) -> matK"),
+        DualName("project_psd_unrolled", ("hess",), "project_psd_unrolled(h: vecP, eps: S, absolute: int) -> vecP",
+                 UNROLLED_PROJECTION),  # fmt: skip
+    )
+}
+# fields of the dual scalar (``Dual``) the kernel text reads
+DUAL_FIELDS: dict[str, tuple[str, ...]] = {"plain": (), "grad": ("v", "g"), "hess": ("v", "g", "h")}
+
+
+def capabilities(kind: str, k: int) -> frozenset[str]:
+    """The optional parts of the dual module of one kind and local size.
+
+    Args:
+        kind: ``"plain"``, ``"grad"`` or ``"hess"``.
+        k: the dual's local size (0 for ``"plain"``).
+
+    Returns:
+        The capability names it has: :data:`UNROLLED_PROJECTION` for Hessian duals of k <= 12.
+    """
+    caps = set()
+    if kind == "hess" and k <= UNROLLED_PROJECTION_MAX_K:
+        caps.add(UNROLLED_PROJECTION)
+    return frozenset(caps)
+
+
+def missing_names(ns, kind: str, k: int) -> list[str]:
+    """The names of :data:`DUAL_API` (and the dual scalar's fields) a generated module lacks.
+
+    Args:
+        ns: a module returned by ``_dualgen.load(k, dtype, kind)``.
+        kind: its kind (``"plain"``, ``"grad"``, ``"hess"``).
+        k: its local size.
+
+    Returns:
+        ``"name"`` or ``"Dual.field"`` for each missing one (empty: the module keeps the contract).
+    """
+    caps = capabilities(kind, k)
+    missing = [
+        d.name for d in DUAL_API.values()
+        if kind in d.kinds and (d.capability is None or d.capability in caps) and not hasattr(ns, d.name)
+    ]  # fmt: skip
+    fields = DUAL_FIELDS[kind]
+    if fields:
+        have = getattr(getattr(ns, "Dual", None), "vars", {})
+        missing += [f"Dual.{f}" for f in fields if f not in have]
+    return missing
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the kernel-variant key
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelVariant:
+    """Everything besides the term's shape that changes a kernel's text or compile options.
+
+    Build it with :meth:`of`, which drops the choices a mode does not have, so equal variants mean equal kernels.
+
+    Attributes:
+        mode: a key of :data:`MODES`.
+        deterministic: no float atomics (untiled: contribution buffers; tiled: the plan's conflict-free rounds).
+        unrolled: the projection with literal indices (projected modes of duals with that capability).
+        tile_cap: > 0 for the tiled variant: blocks of its shared tile.
+        tile_row_cap: rows of the deterministic tiled variant's gradient tile (0: ``tile_cap``).
+        tile_store: how the tiled variant writes its tile out (``"number"`` or ``"block"``).
+        launch_bounds: (threads per block, blocks per SM) given to the CUDA compiler for the tiled variant.
+    """
+
+    mode: str
+    deterministic: bool = False
+    unrolled: bool = False
+    tile_cap: int = 0
+    tile_row_cap: int = 0
+    tile_store: str = "number"
+    launch_bounds: tuple[int, int] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        mode: str,
+        deterministic: bool = False,
+        unrolled: bool = False,
+        caps: frozenset[str] = frozenset(),
+        tile_cap: int = 0,
+        tile_row_cap: int = 0,
+        tile_store: str = "number",
+        launch_bounds: tuple[int, int] | None = None,
+    ) -> KernelVariant:
+        """The variant of ``mode`` asked for, less what the mode (or the dual module's ``caps``) does not have.
+
+        Raises:
+            ValueError: for an unknown mode, or a tiled variant of a mode without one.
+        """
+        m = mode_of(mode)
+        if tile_cap and not m.tileable:
+            raise ValueError(f"the tiled variant exists for modes {[n for n, f in MODES.items() if f.tileable]}, "
+                             f"got mode {mode!r}")  # fmt: skip
+        tiled = tile_cap > 0
+        return cls(
+            mode,
+            deterministic=bool(deterministic) and m.deterministic,
+            unrolled=bool(unrolled) and m.projected and UNROLLED_PROJECTION in caps,
+            tile_cap=int(tile_cap),
+            tile_row_cap=int(tile_row_cap) if tiled else 0,
+            tile_store=tile_store if tiled else "number",
+            launch_bounds=tuple(int(b) for b in launch_bounds) if tiled and launch_bounds else None,
+        )
+
+    @property
+    def tiled(self) -> bool:
+        return self.tile_cap > 0
+
+    @property
+    def suffix(self) -> str:
+        """The part of the kernel and module names that tells the variant (``"_det_unrolled_tiled"``)."""
+        return ("_det" if self.deterministic else "") + ("_unrolled" if self.unrolled else "") + (
+            "_tiled" if self.tiled else "")  # fmt: skip
+
+    def describe(self) -> list[str]:
+        """The variant's choices in words, for messages (``["deterministic", "tiled"]``)."""
+        return [w for w, on in (("deterministic", self.deterministic), ("unrolled", self.unrolled),
+                                ("tiled", self.tiled)) if on]  # fmt: skip
+
+
+def mode_of(mode: str) -> KernelMode:
+    """The :class:`KernelMode` named ``mode``.
+
+    Raises:
+        ValueError: naming the modes when ``mode`` is not one.
+    """
+    m = MODES.get(mode)
+    if m is None:
+        raise ValueError(f"kernel mode must be one of {list(MODES)}, got {mode!r}")
+    return m
