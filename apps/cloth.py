@@ -24,13 +24,8 @@ import warp_meshad as wm
 from warp_meshad._src.app.framework import App as _AppBase
 from warp_meshad._src.app.framework import AppConfig, ConfigError
 from warp_meshad._src.solve.time_integration import add_inertia_gravity, predict_positions, update_velocities
-from warp_meshad.kernels.energies import MassSpringData, MassSpringDataF, mass_spring, mass_spring_f32
-from warp_meshad.kernels.energies.sphere_barrier import (
-    SphereBarrierData,
-    SphereBarrierDataF,
-    sphere_barrier,
-    sphere_barrier_f32,
-)
+from warp_meshad.kernels.energies import MassSpringData, mass_spring
+from warp_meshad.kernels.energies.sphere_barrier import SphereBarrierData, sphere_barrier
 
 __all__ = ["App", "ClothConfig", "SphereConfig"]
 
@@ -162,10 +157,10 @@ class App(_AppBase):
         self.rest = self.mesh.edge_lengths()
 
         self.problem = wm.Problem(n, 3, self.dtype, dev)
-        springs = MassSpringData() if f64 else MassSpringDataF()
+        springs = MassSpringData(scalar)
         springs.rest = wp.array(self.rest, dtype=scalar, device=dev)
         springs.stiffness = scalar(c.stiffness)
-        self.problem.add_term(self.mesh.edges, mass_spring if f64 else mass_spring_f32, springs, name="springs")
+        self.problem.add_term(self.mesh.edges, mass_spring, springs, name="springs")
 
         self.x = wp.array(self.x0, dtype=vec3, device=dev)
         self.v = wp.zeros(n, dtype=vec3, device=dev)
@@ -175,13 +170,12 @@ class App(_AppBase):
         bound = None
         if c.sphere is not None:
             s = c.sphere
-            barrier = SphereBarrierData() if f64 else SphereBarrierDataF()
+            barrier = SphereBarrierData(scalar)
             barrier.center = vec3(*s.center)
             barrier.radius = scalar(s.radius)
             barrier.activation_distance = scalar(s.activation_distance)
             barrier.stiffness = scalar(s.stiffness)
-            self.problem.add_term(self.mesh.vertex_indices, sphere_barrier if f64 else sphere_barrier_f32, barrier,
-                                  name="sphere_barrier")
+            self.problem.add_term(self.mesh.vertex_indices, sphere_barrier, barrier, name="sphere_barrier")
             gap = np.linalg.norm(self.x0 - np.asarray(s.center), axis=1) - s.radius
             if gap.min() <= 0.0:
                 raise ConfigError(c.source or "ClothConfig(...)", "sphere",

@@ -11,7 +11,7 @@ timed (CUDA graph replays, median).
 
 Cases (float32, n x n grid):
 
-* ``mass_spring``: the built-in ``mass_spring_f32`` on the grid's edges (3D variables, k = 6);
+* ``mass_spring``: the built-in ``mass_spring`` (float32) on the grid's edges (3D variables, k = 6);
 * ``mass_spring_proj``: the same with per-element PSD projection (``projection="clamp"``);
 * ``symmetric_dirichlet``: the parametrization energy of ``apps/param.py`` on the faces (2D variables, k = 6),
   with the uv point of ``benchmarks/param_hvp.py``;

@@ -28,16 +28,15 @@ from benchmarks.common import out_dir
 def _kernels():
     import warp_meshad as wm
     from warp_meshad._src.problem import tiled as tiled
-    from warp_meshad.kernels.energies import MassSpringDataF, mass_spring_f32
+    from warp_meshad.kernels.energies import MassSpringData, mass_spring
 
     mesh = wm.TriMesh.grid(8, 8)
-    data = MassSpringDataF()
-    data.rest = wp.array(mesh.edge_lengths().astype(np.float32), dtype=wp.float32, device="cpu")
-    data.stiffness = wp.float32(10.0)
+    rest = wp.array(mesh.edge_lengths().astype(np.float32), dtype=wp.float32, device="cpu")
+    data = MassSpringData(wp.float32, rest=rest, stiffness=10.0)
     out = {}
     for det in (False, True):
         p = wm.Problem(mesh.vertex_count, 3, dtype=wp.float32, device="cpu", deterministic=det, assembly="tiled")
-        p.add_term(mesh.edges, mass_spring_f32, data)
+        p.add_term(mesh.edges, mass_spring, data)
         t = p.terms[0]
         cap = tiled.tile_capacity(p.block_type)
         if det:

@@ -7,7 +7,7 @@ Run on a GPU host (writes benchmarks/results/mass_spring.json and .png):
 
 Methods (same springs, same float32 data, one process, one GPU):
 
-* ``warp_meshad``: ``Problem.assemble_hessian`` of the built-in ``mass_spring_f32`` energy (dual numbers), default
+* ``warp_meshad``: ``Problem.assemble_hessian`` of the built-in ``mass_spring`` energy (float32) (dual numbers), default
   settings (``assembly="auto"``: tiled where the grid fills the GPU, else atomic; since session 4 the tiled kernel
   of these float32 springs sums in the deterministic plan's rounds, the launches of
   ``warp_meshad_deterministic``), captured in a CUDA graph;
@@ -95,7 +95,7 @@ def _spring_energy(
 
 def build(n, device, seed=0, assembly="atomic", morton=False, deterministic=False):
     import warp_meshad as wm
-    from warp_meshad.kernels.energies import MassSpringDataF, mass_spring_f32
+    from warp_meshad.kernels.energies import MassSpringData
 
     mesh = wm.TriMesh.grid(n, n)
     rng = np.random.default_rng(seed)
@@ -104,9 +104,7 @@ def build(n, device, seed=0, assembly="atomic", morton=False, deterministic=Fals
         mesh = mesh.reordered()
         X = X[mesh.vertex_map]
     rest = (0.9 * mesh.edge_lengths()).astype(np.float32)
-    data = MassSpringDataF()
-    data.rest = wp.array(rest, dtype=wp.float32, device=device)
-    data.stiffness = wp.float32(STIFFNESS)
+    data = MassSpringData(wp.float32, rest=wp.array(rest, dtype=wp.float32, device=device), stiffness=STIFFNESS)
     problem = setup_problem(mesh.vertex_count, mesh.edges, data, device, assembly, deterministic)
     x = wp.array(X, dtype=wp.vec3f, device=device)
     return mesh, X, rest, problem, data, x
@@ -118,12 +116,12 @@ def setup_problem(nv, edges, data, device, assembly="atomic", deterministic=Fals
     import time
 
     import warp_meshad as wm
-    from warp_meshad.kernels.energies import mass_spring_f32
+    from warp_meshad.kernels.energies import mass_spring
 
     wp.synchronize_device(device)
     t0 = time.perf_counter()
     problem = wm.Problem(nv, 3, dtype=wp.float32, device=device, assembly=assembly, deterministic=deterministic)
-    problem.add_term(edges, mass_spring_f32, data)
+    problem.add_term(edges, mass_spring, data)
     problem._ensure_pattern()
     problem._tile_plan("hessian")
     wp.synchronize_device(device)

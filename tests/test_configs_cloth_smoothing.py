@@ -150,7 +150,7 @@ def test_inertia_gravity_derivatives_and_minimizer():
     rng = np.random.default_rng(0)
     n = 5
     problem = wm.Problem(n, 3, wp.float64, DEVICE)
-    data = InertiaGravityData()
+    data = InertiaGravityData(wp.float64)
     data.mass = wp.array(rng.uniform(0.5, 2.0, n), dtype=wp.float64)
     target = rng.standard_normal((n, 3))
     data.target = wp.array(target, dtype=wp.vec3d)
@@ -166,7 +166,7 @@ def test_inertia_gravity_derivatives_and_minimizer():
 def test_sphere_barrier_values_and_derivatives():
     rng = np.random.default_rng(1)
     r, dhat, kappa = 0.5, 0.1, 3.0
-    data = SphereBarrierData()
+    data = SphereBarrierData(wp.float64)
     data.center = wp.vec3d(0.1, -0.2, 0.3)
     data.radius = wp.float64(r)
     data.activation_distance = wp.float64(dhat)

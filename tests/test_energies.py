@@ -17,15 +17,15 @@ from warp_meshad.kernels import ad
 from warp_meshad.kernels.energies import (
     DirichletData,
     MassSpringData,
-    MassSpringDataF,
     SymmetricDirichletData,
     dirichlet,
     mass_spring,
-    mass_spring_f32,
     surface_area,
     symmetric_dirichlet,
     weighted_dirichlet,
 )
+from warp_meshad.kernels.energies.backward_euler import InertiaGravityData, inertia_gravity
+from warp_meshad.kernels.energies.sphere_barrier import SphereBarrierData, sphere_barrier
 
 MESHES = pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes"
 DEVICE = os.environ.get("WARP_MESHAD_TEST_DEVICE", "cpu")
@@ -141,11 +141,10 @@ def test_symmetric_dirichlet_is_inf_for_flipped_or_degenerate_triangle(woody):
 # ------------------------------------------------------------------------------ mass spring
 
 
-def _spring_problem(mesh, stiffness=3.0, rest=None):
-    data = MassSpringData()
-    data.rest = wp.array(mesh.edge_lengths() if rest is None else rest, dtype=wp.float64, device=DEVICE)
-    data.stiffness = wp.float64(stiffness)
-    problem = wm.Problem(mesh.vertex_count, variable_dim=3, device=DEVICE)
+def _spring_problem(mesh, stiffness=3.0, rest=None, dtype=wp.float64):
+    rest = wp.array(mesh.edge_lengths() if rest is None else rest, dtype=dtype, device=DEVICE)
+    data = MassSpringData(dtype, rest=rest, stiffness=stiffness)
+    problem = wm.Problem(mesh.vertex_count, variable_dim=3, dtype=dtype, device=DEVICE)
     problem.add_term(mesh.edges, mass_spring, data)
     return problem
 
@@ -183,19 +182,54 @@ def test_mass_spring_zero_at_rest_and_rotation_invariant(spot):
     np.testing.assert_allclose(g2.numpy(), g1 @ rot.T, rtol=1e-8, atol=1e-10 * np.abs(g1).max())
 
 
-def test_mass_spring_f32_matches_float64(grid):
-    rng = np.random.default_rng(7)
-    x = grid.vertices + 0.1 * rng.normal(size=grid.vertices.shape)
-    p64 = _spring_problem(grid, stiffness=2.0)
-    f64, g64 = p64.eval_with_gradient(wp.array(x, dtype=wp.vec3d, device=DEVICE))
-    data = MassSpringDataF()
-    data.rest = wp.array(grid.edge_lengths(), dtype=wp.float32, device=DEVICE)
-    data.stiffness = wp.float32(2.0)
-    p32 = wm.Problem(grid.vertex_count, variable_dim=3, dtype=wp.float32, device=DEVICE)
-    p32.add_term(grid.edges, mass_spring_f32, data)
-    f32, g32 = p32.eval_with_gradient(wp.array(x, dtype=wp.vec3f, device=DEVICE))
+def _sphere_barrier_problem(mesh, dtype):
+    center = np.array([0.75, 0.4, -0.5])
+    data = SphereBarrierData(dtype, center=wp.types.vector(3, dtype)(*center), radius=0.5, activation_distance=0.1,
+                             stiffness=3.0)
+    problem = wm.Problem(mesh.vertex_count, variable_dim=3, dtype=dtype, device=DEVICE)
+    problem.add_term(mesh.vertex_indices, sphere_barrier, data)
+    return problem
+
+
+def _inertia_gravity_problem(mesh, dtype):
+    rng = np.random.default_rng(8)
+    vec3 = wp.types.vector(3, dtype)
+    data = InertiaGravityData(dtype, mass=wp.array(rng.uniform(0.5, 2.0, mesh.vertex_count), dtype=dtype,
+                              device=DEVICE), target=wp.array(rng.normal(size=(mesh.vertex_count, 3)), dtype=vec3,
+                              device=DEVICE), gravity=vec3(0.0, -9.81, 0.0), inv_h2=100.0)  # fmt: skip
+    problem = wm.Problem(mesh.vertex_count, variable_dim=3, dtype=dtype, device=DEVICE)
+    problem.add_term(mesh.vertex_indices, inertia_gravity, data)
+    return problem
+
+
+@pytest.mark.parametrize(
+    "make", [_spring_problem, _sphere_barrier_problem, _inertia_gravity_problem], ids=lambda f: f.__name__[1:-8]
+)
+def test_dtype_generic_energy_float32_matches_float64(grid, make):
+    """One definition serves both dtypes: float32 energy, gradient and Hessian agree with the float64 ones, and the
+    float64 derivatives match central differences."""
+    x = grid.vertices + 0.02 * np.random.default_rng(7).normal(size=grid.vertices.shape)
+    p64 = make(grid, dtype=wp.float64)
+    check_problem_derivatives(p64, x)
+    f64, g64, h64 = p64.eval_with_hessian(wp.array(x, dtype=wp.vec3d, device=DEVICE))
+    f32, g32, h32 = make(grid, dtype=wp.float32).eval_with_hessian(wp.array(x, dtype=wp.vec3f, device=DEVICE))
+    assert f64 > 0
     np.testing.assert_allclose(f32, f64, rtol=1e-5)
-    np.testing.assert_allclose(g32.numpy(), g64.numpy(), rtol=1e-4, atol=1e-5 * np.abs(g64.numpy()).max())
+    g64 = g64.numpy()
+    np.testing.assert_allclose(g32.numpy(), g64, rtol=1e-4, atol=1e-5 * np.abs(g64).max())
+    h64 = wm.to_scipy(h64).toarray()
+    np.testing.assert_allclose(wm.to_scipy(h32).toarray(), h64, rtol=1e-4, atol=1e-5 * np.abs(h64).max())
+
+
+def test_dtype_struct_builds_one_struct_per_dtype_and_names_bad_input():
+    assert MassSpringData.of(wp.float32) is MassSpringData.of(wp.float32)
+    assert MassSpringData.of(wp.float32).vars["rest"].type.dtype is wp.float32
+    assert InertiaGravityData.of(wp.float64).vars["target"].type.dtype is wp.vec3d
+    assert SphereBarrierData.of(wp.float32).vars["center"].type is wp.vec3f
+    with pytest.raises(TypeError, match="MassSpringData: dtype must be wp.float16, wp.float32 or wp.float64, got"):
+        MassSpringData(wp.int32)
+    with pytest.raises(TypeError, match="MassSpringData has no field.s. stifness; its fields: rest, stiffness"):
+        MassSpringData(wp.float64, stifness=1.0)
 
 
 # ------------------------------------------------------------------------------ Dirichlet

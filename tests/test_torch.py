@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 import warp_meshad as wm  # noqa: E402
 import warp_meshad.torch as wmt  # noqa: E402
 from warp_meshad.kernels import ad  # noqa: E402
-from warp_meshad.kernels.energies import MassSpringData, MassSpringDataF, mass_spring, mass_spring_f32  # noqa: E402
+from warp_meshad.kernels.energies import MassSpringData, mass_spring  # noqa: E402
 
 
 @wp.func
@@ -32,11 +32,11 @@ def _quartic_chain(e: int, a: Any, b: Any):
 def _springs(device: str, dtype=wp.float64):
     """Mass springs (k = 3, rest 1.1 x the grid's edge lengths) on a 4x4 grid, and a perturbed point (16, 3)."""
     mesh = wm.TriMesh.grid(4, 4)
-    data = MassSpringData() if dtype == wp.float64 else MassSpringDataF()
+    data = MassSpringData(dtype)
     data.rest = wp.array(1.1 * mesh.edge_lengths(), dtype=dtype, device=device)
     data.stiffness = dtype(3.0)
     problem = wm.Problem(mesh.vertex_count, variable_dim=3, dtype=dtype, device=device)
-    problem.add_term(mesh.edges, mass_spring if dtype == wp.float64 else mass_spring_f32, data)
+    problem.add_term(mesh.edges, mass_spring, data)
     x = mesh.vertices + 0.1 * np.random.default_rng(3).normal(size=mesh.vertices.shape)
     return problem, x
 

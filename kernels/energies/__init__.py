@@ -1,10 +1,15 @@
 """Built-in energies: one ``@wp.func`` per file, each with its data struct (if any).
 
-Use them as ``problem.add_term(elements, energy=mass_spring, data=MassSpringData(...))``. Each
+Use them as ``problem.add_term(elements, energy=mass_spring, data=MassSpringData(wp.float64, ...))``. Each
 file's docstring gives the formula, the units of the parameters, the source paper and the
 invariants.
 
-- :func:`mass_spring` / :func:`mass_spring_f32` (edges): k/2 (|x_a - x_b| - r_e)^2.
+An energy that serves float32 and float64 problems is written once: its data struct is declared over
+``wp.Float`` with :func:`~warp_meshad.kernels.dtype_struct.dtype_struct` and the energy takes ``data: Any``;
+``Data(dtype, field=value, ...)`` then makes the data of a problem's scalar type (``mass_spring``,
+``inertia_gravity`` and ``sphere_barrier`` are written so). The other energies' data structs are float64.
+
+- :func:`mass_spring` (edges): k/2 (|x_a - x_b| - r_e)^2.
 - :func:`symmetric_dirichlet` (faces, uv variables): A_f (|J|_F^2 + |J^-1|_F^2), +inf if flipped.
 - :func:`dirichlet` / :func:`weighted_dirichlet` (edges): w_e/2 |x_a - x_b|^2.
 - :func:`surface_area` (faces, 3D): 1/2 |(x_1 - x_0) x (x_2 - x_0)|.
@@ -13,18 +18,16 @@ invariants.
 """
 
 from .dirichlet import DirichletData, dirichlet, weighted_dirichlet
-from .mass_spring import MassSpringData, MassSpringDataF, mass_spring, mass_spring_f32
+from .mass_spring import MassSpringData, mass_spring
 from .surface_area import surface_area
 from .symmetric_dirichlet import SymmetricDirichletData, symmetric_dirichlet
 
 __all__ = [
     "DirichletData",
     "MassSpringData",
-    "MassSpringDataF",
     "SymmetricDirichletData",
     "dirichlet",
     "mass_spring",
-    "mass_spring_f32",
     "surface_area",
     "symmetric_dirichlet",
     "weighted_dirichlet",

@@ -21,8 +21,8 @@ Invariants: quadratic with constant Hessian m_i / h^2 * I (positive definite for
 whole step energy is strongly convex up to the springs); with g = 0 the minimum E_i = 0 is at
 x_i = x~_i; with gravity the minimizer is x~_i + h^2 g.
 
-Two variants with the same formula: ``inertia_gravity`` (float64, :class:`InertiaGravityData`) and
-``inertia_gravity_f32`` (float32, :class:`InertiaGravityDataF`).
+One definition for float32 and float64 problems: the data is made for the problem's scalar type,
+``InertiaGravityData(wp.float32, ...)`` (see :mod:`warp_meshad.kernels.dtype_struct`).
 """
 
 from typing import Any
@@ -30,39 +30,23 @@ from typing import Any
 import warp as wp
 
 from warp_meshad.kernels import ad
+from warp_meshad.kernels.dtype_struct import dtype_struct
 
-__all__ = ["InertiaGravityData", "InertiaGravityDataF", "inertia_gravity", "inertia_gravity_f32"]
+__all__ = ["InertiaGravityData", "inertia_gravity"]
 
 
-@wp.struct
+@dtype_struct
 class InertiaGravityData:
-    """mass [kg] and target x~ [m] per vertex (float64, vec3d), gravity [m/s^2], inv_h2 = 1/h^2 [1/s^2]."""
+    """mass [kg] and target x~ [m] per vertex, gravity [m/s^2], inv_h2 = 1/h^2 [1/s^2] (the problem's scalar type)."""
 
-    mass: wp.array(dtype=wp.float64)
-    target: wp.array(dtype=wp.vec3d)
-    gravity: wp.vec3d
-    inv_h2: wp.float64
-
-
-@wp.struct
-class InertiaGravityDataF:
-    """float32 version of :class:`InertiaGravityData`."""
-
-    mass: wp.array(dtype=wp.float32)
-    target: wp.array(dtype=wp.vec3f)
-    gravity: wp.vec3f
-    inv_h2: wp.float32
+    mass: wp.array(dtype=wp.Float)
+    target: wp.array(dtype=wp.types.vector(3, wp.Float))
+    gravity: wp.types.vector(3, wp.Float)
+    inv_h2: wp.Float
 
 
 @wp.func
-def inertia_gravity(i: int, x: Any, data: InertiaGravityData):
-    """m_i / (2 h^2) |x - x~_i|^2 - m_i g . x (float64)."""
-    m = data.mass[i]
-    return 0.5 * m * data.inv_h2 * ad.length_sq(x - data.target[i]) - m * ad.dot(data.gravity, x)
-
-
-@wp.func
-def inertia_gravity_f32(i: int, x: Any, data: InertiaGravityDataF):
-    """m_i / (2 h^2) |x - x~_i|^2 - m_i g . x (float32)."""
+def inertia_gravity(i: int, x: Any, data: Any):
+    """m_i / (2 h^2) |x - x~_i|^2 - m_i g . x."""
     m = data.mass[i]
     return 0.5 * m * data.inv_h2 * ad.length_sq(x - data.target[i]) - m * ad.dot(data.gravity, x)

@@ -16,9 +16,8 @@ shape); invariant under rigid motions (rotations, translations) and under swappi
 The Hessian is indefinite for compressed springs (|x_a - x_b| < r_e): use
 ``eval_with_hessian_proj`` in Newton. Undefined derivative at |x_a - x_b| = 0.
 
-Two variants with the same formula: ``mass_spring`` (float64 problems, ``MassSpringData``) and
-``mass_spring_f32`` (float32 problems, ``MassSpringDataF``). An energy's data argument must have a
-concrete struct type (a ``data: Any`` energy is not accepted by ``Problem.add_term``).
+One definition for float32 and float64 problems: the data is made for the problem's scalar type,
+``MassSpringData(wp.float32, rest=..., stiffness=...)`` (see :mod:`warp_meshad.kernels.dtype_struct`).
 """
 
 from typing import Any
@@ -26,35 +25,21 @@ from typing import Any
 import warp as wp
 
 from warp_meshad.kernels import ad
+from warp_meshad.kernels.dtype_struct import dtype_struct
 
-__all__ = ["MassSpringData", "MassSpringDataF", "mass_spring", "mass_spring_f32"]
+__all__ = ["MassSpringData", "mass_spring"]
 
 
-@wp.struct
+@dtype_struct
 class MassSpringData:
-    """rest: rest length per edge [m], shape [edge_count], float64; stiffness: k [N/m]."""
+    """rest: rest length per edge [m], shape [edge_count]; stiffness: k [N/m] (both of the problem's scalar type)."""
 
-    rest: wp.array(dtype=wp.float64)
-    stiffness: wp.float64
-
-
-@wp.struct
-class MassSpringDataF:
-    """float32 version of :class:`MassSpringData` (for float32 problems)."""
-
-    rest: wp.array(dtype=wp.float32)
-    stiffness: wp.float32
+    rest: wp.array(dtype=wp.Float)
+    stiffness: wp.Float
 
 
 @wp.func
-def mass_spring(e: int, xa: Any, xb: Any, data: MassSpringData):
-    """k / 2 (|xa - xb| - rest[e])^2 (float64)."""
+def mass_spring(e: int, xa: Any, xb: Any, data: Any):
+    """k / 2 (|xa - xb| - rest[e])^2."""
     stretch = ad.length(xa - xb) - data.rest[e]
-    return wp.float64(0.5) * data.stiffness * stretch * stretch
-
-
-@wp.func
-def mass_spring_f32(e: int, xa: Any, xb: Any, data: MassSpringDataF):
-    """k / 2 (|xa - xb| - rest[e])^2 (float32)."""
-    stretch = ad.length(xa - xb) - data.rest[e]
-    return wp.float32(0.5) * data.stiffness * stretch * stretch
+    return 0.5 * data.stiffness * stretch * stretch

@@ -20,8 +20,8 @@ d = d^); E_i -> +inf as d_i -> 0+, and E_i = +inf inside the sphere, which a lin
 rejected step (pair it with a step bound, i.e. continuous collision detection, so a large step cannot
 tunnel through the sphere); convex in d on (0, d^); invariant under rotations about c.
 
-Two variants with the same formula: ``sphere_barrier`` (float64, :class:`SphereBarrierData`) and
-``sphere_barrier_f32`` (float32, :class:`SphereBarrierDataF`).
+One definition for float32 and float64 problems: the data is made for the problem's scalar type,
+``SphereBarrierData(wp.float32, ...)`` (see :mod:`warp_meshad.kernels.dtype_struct`).
 """
 
 from typing import Any
@@ -29,48 +29,27 @@ from typing import Any
 import warp as wp
 
 from warp_meshad.kernels import ad
+from warp_meshad.kernels.dtype_struct import dtype_struct
 
-__all__ = ["SphereBarrierData", "SphereBarrierDataF", "sphere_barrier", "sphere_barrier_f32"]
+__all__ = ["SphereBarrierData", "sphere_barrier"]
 
 
-@wp.struct
+@dtype_struct
 class SphereBarrierData:
-    """center [m], radius [m], activation_distance d^ [m], stiffness kappa [J/m^2] (float64)."""
+    """center [m], radius [m], activation_distance d^ [m], stiffness kappa [J/m^2] (the problem's scalar type)."""
 
-    center: wp.vec3d
-    radius: wp.float64
-    activation_distance: wp.float64
-    stiffness: wp.float64
-
-
-@wp.struct
-class SphereBarrierDataF:
-    """float32 version of :class:`SphereBarrierData`."""
-
-    center: wp.vec3f
-    radius: wp.float32
-    activation_distance: wp.float32
-    stiffness: wp.float32
+    center: wp.types.vector(3, wp.Float)
+    radius: wp.Float
+    activation_distance: wp.Float
+    stiffness: wp.Float
 
 
 @wp.func
-def sphere_barrier(i: int, x: Any, data: SphereBarrierData):
-    """-kappa (d - d^)^2 log(d / d^) for 0 < d < d^, 0 beyond, +inf inside; d = |x - c| - r (float64)."""
+def sphere_barrier(i: int, x: Any, data: Any):
+    """-kappa (d - d^)^2 log(d / d^) for 0 < d < d^, 0 beyond, +inf inside; d = |x - c| - r."""
     d = ad.length(x - data.center) - data.radius
     if d <= 0.0:
-        return wp.float64(wp.inf)
-    if d >= data.activation_distance:
-        return 0.0
-    gap = d - data.activation_distance
-    return -data.stiffness * gap * gap * ad.log(d / data.activation_distance)
-
-
-@wp.func
-def sphere_barrier_f32(i: int, x: Any, data: SphereBarrierDataF):
-    """-kappa (d - d^)^2 log(d / d^) for 0 < d < d^, 0 beyond, +inf inside; d = |x - c| - r (float32)."""
-    d = ad.length(x - data.center) - data.radius
-    if d <= 0.0:
-        return wp.float32(wp.inf)
+        return type(data.radius)(wp.inf)
     if d >= data.activation_distance:
         return 0.0
     gap = d - data.activation_distance

@@ -13,12 +13,7 @@ from typing import Any
 
 import warp as wp
 
-from warp_meshad.kernels.energies.backward_euler import (
-    InertiaGravityData,
-    InertiaGravityDataF,
-    inertia_gravity,
-    inertia_gravity_f32,
-)
+from warp_meshad.kernels.energies.backward_euler import InertiaGravityData, inertia_gravity
 
 __all__ = ["add_inertia_gravity", "predict_positions", "update_velocities"]
 
@@ -56,17 +51,17 @@ def add_inertia_gravity(problem, elements, x: wp.array, masses, gravity, time_st
         name: the term's name.
 
     Returns:
-        The term's :class:`~warp_meshad.kernels.energies.backward_euler.InertiaGravityData` (or ``...DataF``): its
+        The term's :class:`~warp_meshad.kernels.energies.backward_euler.InertiaGravityData` of x's scalar type: its
         ``target`` is what :func:`predict_positions` writes.
     """
     f64 = _scalar(x) == wp.float64
     scalar, vec3 = (wp.float64, wp.vec3d) if f64 else (wp.float32, wp.vec3f)
-    data = InertiaGravityData() if f64 else InertiaGravityDataF()
+    data = InertiaGravityData(scalar)
     data.mass = wp.array(masses, dtype=scalar, device=x.device)
     data.target = wp.clone(x)
     data.gravity = vec3(*gravity)
     data.inv_h2 = scalar(1.0 / time_step**2)
-    problem.add_term(elements, inertia_gravity if f64 else inertia_gravity_f32, data, name=name)
+    problem.add_term(elements, inertia_gravity, data, name=name)
     return data
 
 
