@@ -24,15 +24,15 @@ centroid by ``rotation_degrees`` around ``rotation_axis`` and translated by ``tr
 from __future__ import annotations
 
 import pathlib
-from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+from pydantic import Field
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app.framework import App as _AppBase
-from warp_meshad._src.app.framework import AppConfig, ConfigError
+from warp_meshad.app import App as _AppBase
+from warp_meshad.app import AppConfig, ConfigError
 from warp_meshad.kernels.energies import ArapData, arap
 
 __all__ = ["App", "ArapConfig", "cotangent_weights", "handle_targets"]
@@ -41,7 +41,6 @@ _HOMER = str(pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes" /
 _AXES = {"x": 0, "y": 1, "z": 2}
 
 
-@dataclass
 class ArapConfig(AppConfig):
     """Config of the arap app (fields beyond :class:`AppConfig`).
 
@@ -79,7 +78,7 @@ class ArapConfig(AppConfig):
     translation: tuple[float, float, float] = (0.0, 0.0, 0.0)
     rotation_axis: tuple[float, float, float] = (0.0, 0.0, 1.0)
     rotation_degrees: float = 0.0
-    fixed_vertices: list[int] = field(default_factory=list)
+    fixed_vertices: list[int] = Field(default_factory=list)
 
     def validate(self):
         errors = super().validate()
@@ -172,7 +171,7 @@ def _best_rotation(covariance: wp.array(dtype=wp.mat33d), rotation: wp.array(dty
 class App(_AppBase):
     """The arap app: each :meth:`step` is one local (rotations) + global (positions) round.
 
-    Attributes (beyond :class:`~warp_meshad._src.app.App`):
+    Attributes (beyond :class:`~warp_meshad.app.App`):
         problem: the :class:`warp_meshad.Problem` (vec3d variables, one ARAP term over the edges).
         x: deformed positions, wp.array [vertex_count] of vec3d; ``x0`` the rest shape (numpy).
         rotation: R_i per vertex, wp.array [vertex_count] of mat33d (the energy's data reads it).

@@ -14,24 +14,23 @@ face's share of ``mass``); the rest shape is the input mesh.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 import numpy as np
+from pydantic import Field
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app.framework import App as _AppBase
-from warp_meshad._src.app.framework import AppConfig, ConfigError
-from warp_meshad._src.solve.time_integration import add_inertia_gravity, predict_positions, update_velocities
+from warp_meshad.app import App as _AppBase
+from warp_meshad.app import AppConfig, ConfigError, ConfigModel
+from warp_meshad.dynamics import add_inertia_gravity, predict_positions, update_velocities
 from warp_meshad.kernels.energies import MassSpringData, mass_spring
 from warp_meshad.kernels.energies.sphere_barrier import SphereBarrierData, sphere_barrier
 
 __all__ = ["App", "ClothConfig", "SphereConfig"]
 
 
-@dataclass
-class SphereConfig:
+class SphereConfig(ConfigModel):
     """A static sphere the cloth collides with through a smooth log barrier (:mod:`...energies.sphere_barrier`).
 
     Attributes:
@@ -47,7 +46,6 @@ class SphereConfig:
     stiffness: float = 10.0
 
 
-@dataclass
 class ClothConfig(AppConfig):
     """Config of the cloth app (fields beyond :class:`AppConfig`).
 
@@ -80,7 +78,7 @@ class ClothConfig(AppConfig):
     layout: Literal["vertical", "horizontal"] = "vertical"
     center: Optional[tuple[float, float, float]] = None
     pins: Literal["top_corners", "top_edge", "none"] = "top_corners"
-    pinned_vertices: list[int] = field(default_factory=list)
+    pinned_vertices: list[int] = Field(default_factory=list)
     sphere: Optional[SphereConfig] = None
 
     def validate(self):
@@ -128,7 +126,7 @@ def _pinned(x: np.ndarray, gravity, pins: str, extra) -> np.ndarray:
 class App(_AppBase):
     """The cloth app: one backward Euler step per :meth:`step`.
 
-    Attributes (beyond :class:`~warp_meshad._src.app.App`):
+    Attributes (beyond :class:`~warp_meshad.app.App`):
         problem: the :class:`warp_meshad.Problem` of one time step (its target x~ changes every step).
         x, v: positions and velocities, wp.array [vertex_count] of vec3.
         x0: the start positions (numpy), ``pinned`` the pinned vertex indices.

@@ -22,16 +22,16 @@ from __future__ import annotations
 
 import math
 import pathlib
-from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Optional
 
 import numpy as np
+from pydantic import Field
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app.framework import App as _AppBase
-from warp_meshad._src.app.framework import AppConfig, ConfigError
-from warp_meshad._src.solve.time_integration import add_inertia_gravity, predict_positions, update_velocities
+from warp_meshad.app import App as _AppBase
+from warp_meshad.app import AppConfig, ConfigError, ConfigModel
+from warp_meshad.dynamics import add_inertia_gravity, predict_positions, update_velocities
 from warp_meshad.kernels.energies import (
     ArapTetData,
     StableNeoHookeanData,
@@ -46,8 +46,7 @@ _SURFACE_SUFFIXES = (".obj", ".off", ".ply")
 Side = Literal["x_min", "x_max", "y_min", "y_max", "z_min", "z_max"]
 
 
-@dataclass
-class BarConfig:
+class BarConfig(ConfigModel):
     """The built-in generator ``mesh: bar``: a box along x split into tets (:meth:`TetMesh.box`).
 
     Attributes:
@@ -63,7 +62,6 @@ class BarConfig:
     height: float = 0.2
 
 
-@dataclass
 class ElasticConfig(AppConfig):
     """Config of the elastic app (fields beyond :class:`AppConfig`).
 
@@ -97,7 +95,7 @@ class ElasticConfig(AppConfig):
 
     app: str = "elastic"
     mesh: str = "bar"
-    bar: BarConfig = field(default_factory=BarConfig)
+    bar: BarConfig = Field(default_factory=BarConfig)
     dtype: Literal["float64"] = "float64"
     solver: Literal["newton"] = "newton"
     project_hessian: bool = True
@@ -112,9 +110,9 @@ class ElasticConfig(AppConfig):
     gravity: tuple[float, float, float] = (0.0, -9.81, 0.0)
     size: Optional[float] = None
     center: Optional[tuple[float, float, float]] = None
-    pins: list[Side] = field(default_factory=lambda: ["x_min"])
+    pins: list[Side] = Field(default_factory=lambda: ["x_min"])
     pin_depth: float = 1e-6
-    pinned_vertices: list[int] = field(default_factory=list)
+    pinned_vertices: list[int] = Field(default_factory=list)
     driven_side: Optional[Side] = None
     twist: float = 0.0
     stretch: float = 0.0
@@ -173,7 +171,7 @@ def _side_vertices(x: np.ndarray, side: str, depth: float) -> np.ndarray:
 class App(_AppBase):
     """The elastic app: one backward Euler step of a tet mesh per :meth:`step`.
 
-    Attributes (beyond :class:`~warp_meshad._src.app.App`):
+    Attributes (beyond :class:`~warp_meshad.app.App`):
         tet_mesh: the :class:`warp_meshad.TetMesh` (rest shape); ``mesh`` is its boundary surface.
         problem: the :class:`warp_meshad.Problem` of one time step (its target x~ changes every step).
         x, v: positions and velocities of all tet vertices, wp.array [vertex_count] of vec3d.

@@ -28,15 +28,15 @@ from __future__ import annotations
 
 import pathlib
 import time
-from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+from pydantic import Field
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app.framework import App as _AppBase
-from warp_meshad._src.app.framework import AppConfig, ConfigError
+from warp_meshad.app import App as _AppBase
+from warp_meshad.app import AppConfig, ConfigError
 from warp_meshad.kernels.energies.polycurl import PolyCurlData, polycurl, polyvector_smoothness
 from warp_meshad.kernels.energies.polyvector_barrier import (
     PolyVectorFaceData,
@@ -49,7 +49,6 @@ __all__ = ["App", "FrameFieldConfig", "face_frames", "polycurl_per_edge", "smoot
 _CHEBURASHKA = str(pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes" / "cheburashka.off")
 
 
-@dataclass
 class FrameFieldConfig(AppConfig):
     """Config of the frame field app (fields beyond :class:`AppConfig`).
 
@@ -89,7 +88,7 @@ class FrameFieldConfig(AppConfig):
     quotient_weight: float = 10.0
     closeness_weight: float = 1e-3
     constraint_weight: float = 100.0
-    constrained_faces: list[int] = field(default_factory=lambda: [0])
+    constrained_faces: list[int] = Field(default_factory=lambda: [0])
     barrier_weight: float = 0.1
     barrier_start: float = 0.9
     damping: float = 0.0
@@ -238,7 +237,7 @@ def _set_reference(x: wp.array(dtype=wp.vec4d), start: wp.array(dtype=wp.vec4d),
 class App(_AppBase):
     """The frame field app: each :meth:`step` is one Gauss-Newton round with its own weights and reference field.
 
-    Attributes (beyond :class:`~warp_meshad._src.app.App`):
+    Attributes (beyond :class:`~warp_meshad.app.App`):
         problem: the :class:`warp_meshad.Problem` over the faces (variable_dim 4: alpha, beta).
         x: the field, wp.array [face_count] of wp.vec4d; ``x_start`` the start field (numpy).
         frames: (t1, t2) per face (numpy); ``edge_f``, ``edge_g`` the interior edges' directions in them.

@@ -23,15 +23,14 @@ from __future__ import annotations
 import math
 import pathlib
 import time
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app.framework import App as _AppBase
-from warp_meshad._src.app.framework import AppConfig, ConfigError
+from warp_meshad.app import App as _AppBase
+from warp_meshad.app import AppConfig, ConfigError
 from warp_meshad.kernels.energies.sphere_embedding import SphereEmbeddingData, sphere_embedding, sphere_retract
 
 __all__ = ["App", "ManifoldOptConfig", "face_volumes", "initial_sphere_embedding"]
@@ -40,7 +39,6 @@ _SPHERE = str(pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes" 
 _TARGETS = {"none": 0, "equator": 1, "north_pole": 2}
 
 
-@dataclass
 class ManifoldOptConfig(AppConfig):
     """Config of the manifold optimization app (fields beyond :class:`AppConfig`).
 
@@ -200,7 +198,7 @@ class App(_AppBase):
     """The manifold optimization app: each :meth:`step` runs the solver in the current tangent spaces, then
     re-centers.
 
-    Attributes (beyond :class:`~warp_meshad._src.app.App`):
+    Attributes (beyond :class:`~warp_meshad.app.App`):
         problem: the :class:`warp_meshad.Problem` over the vertices (variable_dim 2: tangent coordinates).
         v: the tangent coordinates, wp.array [vertex_count] of wp.vec2d (zero between steps).
         data: the energy's :class:`SphereEmbeddingData` (points and tangent bases, updated in place).

@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import pathlib
 import time
-from dataclasses import dataclass
 from typing import Literal, Optional
 
 import numpy as np
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app.framework import App as _AppBase
-from warp_meshad._src.app.framework import AppConfig
+from warp_meshad.app import App as _AppBase
+from warp_meshad.app import AppConfig
 from warp_meshad.kernels.energies import SymmetricDirichletData, symmetric_dirichlet
 
 __all__ = ["App", "ParamConfig", "face_distortion", "signed_uv_areas"]
@@ -39,7 +38,6 @@ __all__ = ["App", "ParamConfig", "face_distortion", "signed_uv_areas"]
 _WOODY = str(pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes" / "woody.obj")
 
 
-@dataclass
 class ParamConfig(AppConfig):
     """Config of the param app (fields beyond :class:`AppConfig`).
 
@@ -123,7 +121,7 @@ def face_distortion(uv: np.ndarray, faces: np.ndarray, rest_inverse: np.ndarray)
 class App(_AppBase):
     """The param app: each :meth:`step` runs up to ``config.iterations`` solver iterations on the uv coordinates.
 
-    Attributes (beyond :class:`~warp_meshad._src.app.App`):
+    Attributes (beyond :class:`~warp_meshad.app.App`):
         problem: the :class:`warp_meshad.Problem` (vec2d variables, one symmetric Dirichlet term over the faces).
         uv: uv coordinates, wp.array [vertex_count] of vec2d; ``uv0`` the Tutte start (numpy).
         total_area: A, the surface's total area [length^2].

@@ -43,19 +43,17 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Literal, Optional
 
 import numpy as np
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app.framework import App as _AppBase
-from warp_meshad._src.app.framework import AppConfig
-from warp_meshad._src.contact.search import ContactSearch, edge_edge_mollifier_thresholds, max_step, plane_max_step
-from warp_meshad._src.solve.linear import LinearSolveError
-from warp_meshad._src.mesh.trimesh import TriMesh
-from warp_meshad._src.solve.time_integration import add_inertia_gravity, predict_positions
+from warp_meshad.app import App as _AppBase
+from warp_meshad.app import AppConfig
+from warp_meshad.contact import ContactSearch, edge_edge_mollifier_thresholds, max_step, plane_max_step
+from warp_meshad import LinearSolveError, TriMesh
+from warp_meshad.dynamics import add_inertia_gravity, predict_positions
 from warp_meshad.kernels.energies import (
     BarrierData,
     DiscreteShellsBendingData,
@@ -75,7 +73,6 @@ __all__ = ["App", "ShellsConfig"]
 PHASES = ("contact_detection", "derivatives_assembly", "linear_solve", "line_search")
 
 
-@dataclass
 class ShellsConfig(AppConfig):
     """Config of the shells app (fields beyond :class:`AppConfig`; ``mesh`` is the object instanced on the grid).
 
@@ -205,7 +202,7 @@ class _Result:
 class App(_AppBase):
     """The shells app: one backward Euler step with IPC contact per :meth:`step`.
 
-    Attributes (beyond :class:`~warp_meshad._src.app.App`):
+    Attributes (beyond :class:`~warp_meshad.app.App`):
         mesh: all copies in one :class:`TriMesh` (``single`` is one copy as loaded).
         problem: the :class:`warp_meshad.Problem` of one time step; ``pt_term`` / ``ee_term`` its interaction terms.
         search: the :class:`ContactSearch` over all copies (self-contact and between objects).

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import pathlib
 import time
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import warp as wp
 
 import warp_meshad as wm
-from warp_meshad._src.app.framework import App as _AppBase
-from warp_meshad._src.app.framework import AppConfig
+from warp_meshad.app import App as _AppBase
+from warp_meshad.app import AppConfig
 from warp_meshad.kernels.energies import dirichlet, surface_area
 
 __all__ = ["App", "HandGradientProblem", "SmoothingConfig"]
@@ -33,7 +32,6 @@ __all__ = ["App", "HandGradientProblem", "SmoothingConfig"]
 _SPOT = str(pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes" / "spot.obj")
 
 
-@dataclass
 class SmoothingConfig(AppConfig):
     """Config of the smoothing app (fields beyond :class:`AppConfig`).
 
@@ -165,7 +163,7 @@ class HandGradientProblem:
 class App(_AppBase):
     """The smoothing app: each :meth:`step` runs ``config.iterations`` solver iterations.
 
-    Attributes (beyond :class:`~warp_meshad._src.app.App`):
+    Attributes (beyond :class:`~warp_meshad.app.App`):
         problem: the AD :class:`warp_meshad.Problem`; ``hand`` the :class:`HandGradientProblem`.
         x: positions, wp.array [vertex_count] of vec3d; ``x0`` the start (numpy).
     """

@@ -53,7 +53,7 @@ def _kernels():
 
 def _shell_kernels():
     """The element kernels of the shells scene (float64: membrane k = 9, bending k = 12, IPC barriers k = 12)."""
-    from warp_meshad._src.app.framework import app_class, load_config
+    from warp_meshad.app import app_class, load_config
 
     config = load_config("shells/spot_drop", test=True, flags={"--device": {"device": "cpu"}})
     app = app_class(config.app, config.source)(config)

@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 from warp_meshad.__main__ import main  # noqa: E402
-from warp_meshad._src.app import framework as appmod  # noqa: E402
-from warp_meshad._src.app.framework import ConfigError, load_config, parse_set, run_app  # noqa: E402
-
-appmod.apps_package()  # warp_meshad.apps (also from a source tree where its pyproject mapping is not installed)
+from warp_meshad import app as appmod  # noqa: E402
+from warp_meshad._src.app.outputs import json_safe  # noqa: E402
+from warp_meshad._src.app.progress import Progress  # noqa: E402
+from warp_meshad._src.mesh.trimesh import _atomic_write  # noqa: E402
+from warp_meshad.app import ConfigError, load_config, parse_set  # noqa: E402
+from warp_meshad.app import run as run_app  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HANGING = ROOT / "configs" / "cloth" / "hanging.yaml"
@@ -161,18 +163,19 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path):
         raise RuntimeError("interrupted")
 
     with pytest.raises(RuntimeError):
-        appmod._atomic_write(target, fail)
+        _atomic_write(target, fail)
     assert target.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]  # no temporary file left
 
 
 def test_json_safe_and_progress(capsys):
-    assert appmod._json_safe({"a": [1.0, float("nan"), np.float64(np.inf)], "b": np.int64(3)}) == {
+    assert json_safe({"a": [1.0, float("nan"), np.float64(np.inf)], "b": np.int64(3)}) == {
         "a": [1.0, None, None], "b": 3}
 
     class Sink:
-        def __init__(self):
+        def __init__(self, tty=False):
             self.text = ""
+            self.tty = tty
 
         def write(self, s):
             self.text += s
@@ -180,13 +183,19 @@ def test_json_safe_and_progress(capsys):
         def flush(self):
             pass
 
-    quiet, loud = Sink(), Sink()
-    for sink, q in ((quiet, True), (loud, False)):
-        p = appmod.Progress(3, quiet=q, stream=sink, interval_s=0.0)
+        def isatty(self):
+            return self.tty
+
+    quiet, quiet_tty, loud, tty = Sink(), Sink(tty=True), Sink(), Sink(tty=True)
+    for sink, q in ((quiet, True), (quiet_tty, True), (loud, False), (tty, False)):
+        p = Progress(3, quiet=q, stream=sink, interval_s=0.0)
         for i in range(4):
             p.update(i, f"E={i}")
-    assert quiet.text == ""
-    assert "[########################] 3/3 E=3" in loud.text and loud.text.count("\n") == 3
+    assert quiet.text == "" and quiet_tty.text == ""
+    lines = loud.text.splitlines()  # not a terminal: one plain line per update past the interval, none for step 0
+    assert len(lines) == 3 and "\r" not in loud.text and "1/3" in lines[0] and "E=1" in lines[0], loud.text
+    assert lines[-1].startswith("100%|") and "3/3" in lines[-1] and "E=3" in lines[-1], loud.text
+    assert "\r" in tty.text and "3/3" in tty.text and "E=3" in tty.text and tty.text.endswith("\n")  # tqdm's bar
 
 
 # ----------------------------------------------------------------------------------------------------------------------

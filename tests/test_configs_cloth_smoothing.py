@@ -12,13 +12,14 @@ import warp as wp
 
 import warp_meshad as wm
 from derivcheck import check_problem_derivatives
-from warp_meshad._src.app import framework as appmod
-from warp_meshad._src.app.framework import load_config, run_app
-from warp_meshad._src.solve.linear import CGSolver, LinearSolveError
+from warp_meshad import LinearSolveError
+from warp_meshad import app as appmod
+from warp_meshad._src.solve.linear import CGSolver
+from warp_meshad.app import load_config
+from warp_meshad.app import run as run_app
 from warp_meshad.kernels.energies.backward_euler import InertiaGravityData, inertia_gravity
 from warp_meshad.kernels.energies.sphere_barrier import SphereBarrierData, sphere_barrier
 
-appmod.apps_package()
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEVICE = os.environ.get("WARP_MESHAD_TEST_DEVICE", "cpu")  # apps and problems run on the test device

@@ -12,11 +12,8 @@ import pytest
 pytest.importorskip("yaml")
 
 import warp_meshad as wm  # noqa: E402
-from warp_meshad._src.app import framework as appmod  # noqa: E402
-from warp_meshad._src.app.framework import ConfigError, load_config, run_app  # noqa: E402
-
-appmod.apps_package()
-
+from warp_meshad.app import ConfigError, load_config  # noqa: E402
+from warp_meshad.app import run as run_app  # noqa: E402
 from warp_meshad.apps.elastic import App, BarConfig, ElasticConfig  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

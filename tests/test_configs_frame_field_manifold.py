@@ -14,8 +14,9 @@ import warp as wp
 
 import warp_meshad as wm
 from derivcheck import check_problem_derivatives
-from warp_meshad._src.app import framework as appmod
-from warp_meshad._src.app.framework import ConfigError, load_config, run_app
+from warp_meshad import app as appmod
+from warp_meshad.app import ConfigError, load_config
+from warp_meshad.app import run as run_app
 from warp_meshad.kernels.energies import (
     PolyCurlData,
     PolyVectorFaceData,
@@ -27,7 +28,6 @@ from warp_meshad.kernels.energies import (
     sphere_embedding,
 )
 
-appmod.apps_package()
 from warp_meshad.apps import frame_field as ff
 from warp_meshad.apps import manifold_opt as mo
 

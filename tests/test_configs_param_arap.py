@@ -12,12 +12,10 @@ import warp as wp
 
 import warp_meshad as wm
 from derivcheck import check_problem_derivatives
-from warp_meshad._src.app import framework as appmod
-from warp_meshad._src.app.framework import ConfigError, load_config, run_app
+from warp_meshad import app as appmod
+from warp_meshad.app import ConfigError, load_config
+from warp_meshad.app import run as run_app
 from warp_meshad.kernels.energies import ArapData, arap
-
-appmod.apps_package()
-
 from warp_meshad.apps.arap import cotangent_weights
 from warp_meshad.apps.param import face_distortion, signed_uv_areas
 

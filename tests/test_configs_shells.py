@@ -11,10 +11,8 @@ import numpy as np
 import pytest
 import warp as wp
 
-from warp_meshad._src.app import framework as appmod
-from warp_meshad._src.app.framework import load_config, run_app
-
-appmod.apps_package()
+from warp_meshad.app import load_config
+from warp_meshad.app import run as run_app
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEVICE = os.environ.get("WARP_MESHAD_TEST_DEVICE", "cpu")  # the apps run on the test device

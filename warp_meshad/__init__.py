@@ -5,27 +5,19 @@ A user writes one local energy term as a ``@wp.func`` over one element's variabl
 energy, gradient, sparse Hessian (or Jacobian, or a matrix-free Hessian-vector product) into
 storage preallocated from the mesh topology.
 
-The device library (dual numbers, ``ad`` math, built-in energies) is :mod:`warp_meshad.kernels`.
+The device library (dual numbers, ``ad`` math, built-in energies) is :mod:`warp_meshad.kernels`; the app framework
+:mod:`warp_meshad.app`, contact :mod:`warp_meshad.contact`, time stepping :mod:`warp_meshad.dynamics`, the apps
+:mod:`warp_meshad.apps` and their YAML scenes :mod:`warp_meshad.configs`.
 """
 
-import os as _os
-
-# Running from a source checkout without installing (PYTHONPATH=<repo>): the device library lives in
-# <repo>/kernels and is installed as warp_meshad.kernels; let the same name resolve here.
-_root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
-if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isfile(
-    _os.path.join(_root, "kernels", "_dualgen.py")
-) and not any(_os.path.isfile(_os.path.join(p, "kernels", "_dualgen.py")) for p in __path__):
-    __path__.append(_root)
-
-from ._src.interop.convert import to_cupy, to_scipy  # noqa: E402
-from ._src.mesh.trimesh import MeshError, TriMesh  # noqa: E402
-from ._src.mesh.tetmesh import TetMesh  # noqa: E402
-from ._src.solve.linear import LinearSolveInfo, make_linear_solver  # noqa: E402
-from ._src.mesh.locality import locality_order  # noqa: E402
-from ._src.problem.parameters import implicit_gradient  # noqa: E402
-from ._src.problem.problem import Problem  # noqa: E402
-from ._src.solve.solvers import (  # noqa: E402
+from ._src.interop.convert import to_cupy, to_scipy
+from ._src.mesh.trimesh import MeshError, TriMesh
+from ._src.mesh.tetmesh import TetMesh
+from ._src.solve.linear import LinearSolveError, LinearSolveInfo, LinearSolver, make_linear_solver
+from ._src.mesh.locality import locality_order
+from ._src.solve.implicit import implicit_gradient
+from ._src.problem.problem import Problem
+from ._src.solve.solvers import (
     GaussNewtonSolver,
     GradientDescentSolver,
     LBFGSSolver,
@@ -33,7 +25,7 @@ from ._src.solve.solvers import (  # noqa: E402
     NewtonSolver,
     SolveResult,
 )
-from ._src.mesh.tutte import tutte_embedding  # noqa: E402
+from ._src.mesh.tutte import tutte_embedding
 
 __version__ = "0.1.0"
 
@@ -41,7 +33,9 @@ __all__ = [
     "GaussNewtonSolver",
     "GradientDescentSolver",
     "LBFGSSolver",
+    "LinearSolveError",
     "LinearSolveInfo",
+    "LinearSolver",
     "MeshError",
     "NewtonCGSolver",
     "NewtonSolver",

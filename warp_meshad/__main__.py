@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _list(out) -> int:
-    from warp_meshad._src.app.framework import available_apps, available_configs, configs_root
+    from warp_meshad.app import DEFAULT_CONFIG, available_apps, available_configs, configs_root
 
     apps = available_apps()
     configs = available_configs()
@@ -67,13 +67,13 @@ def _list(out) -> int:
     print(f"configs ({root}):", file=out)
     for app, files in configs.items():
         for f in files:
-            mark = " (default)" if f"{app}/{f.stem}" == "cloth/hanging" else ""
+            mark = " (default)" if f"{app}/{f.stem}" == DEFAULT_CONFIG else ""
             print(f"  {app}/{f.stem}{mark}", file=out)
     return 0
 
 
 def _config(args):
-    from warp_meshad._src.app.framework import load_config, parse_set
+    from warp_meshad.app import load_config, parse_set
 
     flags = {}
     if args.device is not None:
@@ -86,20 +86,20 @@ def _config(args):
 
 
 def _run(args) -> int:
-    from warp_meshad._src.app.framework import check_output_folder, run_app
+    from warp_meshad.app import check_output_folder, run
 
     config = _config(args)
     if args.output is not None:
         check_output_folder(config.output, "--output")  # before anything runs; the error names the flag
     viewer = True if args.viewer else (False if args.headless else None)
-    run_app(config, quiet=args.quiet, viewer=viewer)
+    run(config, quiet=args.quiet, viewer=viewer)
     return 0
 
 
 def _warmup(args) -> int:
-    from warp_meshad._src.app.framework import warmup_app
+    from warp_meshad.app import warmup
 
-    warmup_app(_config(args), quiet=args.quiet)
+    warmup(_config(args), quiet=args.quiet)
     return 0
 
 
@@ -114,9 +114,8 @@ def main(argv=None) -> int:
 
     if not getattr(args, "verbose", False):
         wp.config.log_level = wp.LOG_WARNING  # before Warp initializes: no banner, no module-load lines
-    from warp_meshad._src.app.framework import ConfigError
-    from warp_meshad._src.mesh.trimesh import MeshError
-    from warp_meshad._src.app.viewer import ViewerError
+    from warp_meshad import MeshError
+    from warp_meshad.app import ConfigError, ViewerError
 
     try:
         if args.command == "list":

@@ -73,7 +73,7 @@ class ViewerController:
     """Play / pause / single-step logic of the viewer, independent of the window.
 
     Args:
-        app: an :class:`~warp_meshad._src.app.App`.
+        app: an :class:`~warp_meshad.app.App`.
         ps: the polyscope module (initialized), or None to drive the app without drawing.
         log: ``log(text)`` for messages.
     """

@@ -1,0 +1,184 @@
+"""The App base class every app derives from, and the choice of its Warp device.
+
+An app is one class ``App`` in a module of :mod:`warp_meshad.apps` built from its typed config (a subclass of
+:class:`~warp_meshad._src.app.config.AppConfig`): ``step()``, ``run()``, ``check_final()``, and what the runner and
+the viewer read (``positions()``, ``quantities()``, ``history``, ...).
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+from typing import ClassVar
+
+import numpy as np
+
+from warp_meshad._src.app.config import AppConfig, ConfigError, finish_config
+from warp_meshad._src.mesh.trimesh import MeshError, TriMesh
+
+__all__ = ["App", "resolve_device"]
+
+
+def resolve_device(name: str | None, where: str = "device") -> tuple[str, str]:
+    """The Warp device to use and why: ``name`` if given, else the first CUDA device if any, else the CPU.
+
+    Raises:
+        ConfigError: a CUDA device was asked for but none (or not that one) exists.
+    """
+    import warp as wp
+
+    count = wp.get_cuda_device_count()
+    if name is None:
+        if count > 0:
+            return "cuda:0", "the first CUDA device (default)"
+        return "cpu", "no CUDA device found (default)"
+    if name.startswith("cuda"):
+        index = int(name.split(":")[1]) if ":" in name else 0
+        if index >= count:
+            raise ConfigError(where, "device", f"{name!r} requested (config or --device) but {count} CUDA device(s) "
+                                               "found; use --device cpu")
+        return f"cuda:{index}", "requested"
+    return name, "requested"
+
+
+class App:
+    """Base class of the apps: a typed config in, ``step()`` / ``run()`` / ``check_final()``, and what the runner and
+    the viewer read.
+
+    Subclasses set ``name`` and ``config_class`` and implement :meth:`step` (one time step or solver round: call
+    :meth:`record` with its solve result) and :meth:`positions`; they may extend :meth:`check_final`,
+    :meth:`quantities`, :meth:`spheres` and :meth:`extra_metrics`.
+
+    Attributes:
+        config: the app's config (an :class:`AppConfig` subclass).
+        device: the Warp device used (str), and ``device_reason`` why.
+        dtype: ``wp.float64`` or ``wp.float32``.
+        mesh: the input :class:`~warp_meshad.TriMesh` (topology and rest shape).
+        history: one record per step: ``{"step", "iterations", "energies", "gradient_norms", "time_ms", "reason",
+            "converged", "steepest_descent_fallbacks", "fallback_reasons", "linear_solves_capped"}``.
+        steps_done: number of steps taken.
+    """
+
+    name: ClassVar[str] = ""
+    config_class: ClassVar[type[AppConfig]] = AppConfig
+    continuous_objective: ClassVar[bool] = False  # True: every step continues one minimization (not time steps)
+
+    def __init__(self, config: AppConfig):
+        import warp as wp
+
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"{type(self).__name__}(config): expected a {self.config_class.__name__}, got "
+                            f"{type(config).__name__}")
+        if not config.app:
+            config = config.model_copy(update={"app": self.name})
+        config = finish_config(config, config.source or f"{self.config_class.__name__}(...)")
+        self.config = config
+        self.device, self.device_reason = resolve_device(config.device, config.source or "config")
+        self.dtype = wp.float64 if config.dtype == "float64" else wp.float32
+        self.history: list[dict] = []
+        self.steps_done = 0
+        self.mesh = self.load_mesh()
+
+    # -- building blocks ---------------------------------------------------------------------------------------------
+
+    def load_mesh(self):
+        """The config's mesh: ``TriMesh.grid`` for ``mesh: grid``, else the file.
+
+        Raises:
+            ConfigError: key ``mesh``, with the :class:`~warp_meshad.MeshError` message (an empty, non-manifold or
+                unreadable mesh, NaN coordinates, unreferenced vertices, ...).
+        """
+        c = self.config
+        try:
+            if c.mesh == "grid":
+                g = c.grid
+                return TriMesh.grid(g.nx, g.ny, g.width, g.height)
+            return TriMesh.from_file(c.mesh_path())
+        except MeshError as exc:
+            raise ConfigError(c.source or f"{self.config_class.__name__}(...)", "mesh", str(exc)) from None
+
+    def record(self, result, **extra) -> dict:
+        """Append a :class:`~warp_meshad._src.solve.solvers.SolveResult` to :attr:`history` as one step; return the record."""
+        rec = {
+            "step": self.steps_done,
+            "iterations": int(result.iterations),
+            "energies": [float(e) for e in result.energies],
+            "gradient_norms": [float(g) for g in result.gradient_norms],
+            "time_ms": {k: float(v) for k, v in result.time_ms.items()},
+            "reason": result.reason,
+            "converged": bool(result.converged),
+            # failures made visible: iterations that stepped along -g, CG solves stopped at their iteration cap
+            "steepest_descent_fallbacks": int(getattr(result, "steepest_descent_fallbacks", 0)),
+            "fallback_reasons": dict(getattr(result, "fallback_reasons", {})),
+            "linear_solves_capped": int(getattr(result, "linear_solves_capped", 0)),
+        }
+        rec.update(extra)
+        self.history.append(rec)
+        self.steps_done += 1
+        return rec
+
+    # -- the interface -----------------------------------------------------------------------------------------------
+
+    def step(self) -> dict:
+        """Advance by one step (a time step, or one round of solver iterations); returns its history record."""
+        raise NotImplementedError
+
+    def run(self, callback=None) -> list[dict]:
+        """Take the remaining ``config.steps`` steps; ``callback(app, record)`` after each. Returns :attr:`history`."""
+        while self.steps_done < self.config.steps:
+            rec = self.step()
+            if callback is not None:
+                callback(self, rec)
+        return self.history
+
+    def check_final(self) -> None:
+        """Assert the result is sane. The base checks: finite positions, finite energies, each step's solve did not
+        increase its energy. Apps add their own checks."""
+        x = self.positions()
+        assert np.all(np.isfinite(x)), f"{self.name}: {int(np.sum(~np.isfinite(x)))} non-finite coordinates"
+        for rec in self.history:
+            e = rec["energies"]
+            assert e and all(math.isfinite(v) for v in e), f"{self.name}: step {rec['step']}: non-finite energy {e}"
+            tol = 1e-10 * max(1.0, abs(e[0]))
+            assert e[-1] <= e[0] + tol, f"{self.name}: step {rec['step']}: energy rose from {e[0]} to {e[-1]}"
+
+    def positions(self) -> np.ndarray:
+        """Current vertex positions, float64 numpy (vertex_count, 3)."""
+        raise NotImplementedError
+
+    def quantities(self) -> dict:
+        """Per-element quantities to show: ``{name: (kind, values)}`` with kind ``"vertices"`` or ``"faces"`` (scalars,
+        shape (n,)) or ``"vertex_vectors"`` / ``"face_vectors"`` (shape (n, 3))."""
+        return {}
+
+    def spheres(self) -> list[tuple[np.ndarray, float]]:
+        """Static spheres of the scene (center, radius), drawn by the viewer."""
+        return []
+
+    def extra_metrics(self) -> dict:
+        """App-specific entries of ``metrics.json``."""
+        return {}
+
+    def save_options(self) -> dict:
+        """Keyword arguments of :meth:`TriMesh.save` for the final mesh (e.g. ``uv``)."""
+        return {}
+
+    @property
+    def energy(self) -> float:
+        """Energy at the end of the last step (NaN before the first)."""
+        return self.history[-1]["energies"][-1] if self.history else float("nan")
+
+    @property
+    def gradient_norm(self) -> float:
+        """Gradient norm at the end of the last step (NaN before the first)."""
+        return self.history[-1]["gradient_norms"][-1] if self.history and self.history[-1]["gradient_norms"] else float(
+            "nan")
+
+    def describe(self) -> str:
+        """One line: what runs where."""
+        c = self.config
+        m = self.mesh
+        mesh = f"{c.grid.nx}x{c.grid.ny} grid" if c.mesh == "grid" else pathlib.Path(c.mesh).name
+        steps = f"{c.steps} step{'' if c.steps == 1 else 's'}"
+        return (f"{self.name}/{c.scene or 'custom'}: {mesh} ({m.vertex_count} vertices, {m.face_count} faces), "
+                f"{c.dtype}, solver {c.solver}, {steps}, on {self.device} ({self.device_reason})")

@@ -1,0 +1,283 @@
+"""The typed app configs: :class:`AppConfig` and its groups, validated by pydantic, and :class:`ConfigError`.
+
+An app's config class derives from :class:`AppConfig` (a pydantic v2 model): the class is the schema. Values are
+checked strictly (an int is not a bool, a string is not a number; an int is accepted as a float and a YAML list as a
+tuple) and unknown keys are refused. :func:`apply_overrides` applies a nested mapping (from YAML or ``--set``) to a
+config and turns pydantic's errors into a :class:`ConfigError` naming the file (or flag), the dotted key, the expected
+type and the value that came, with a did-you-mean for a misspelt key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import pathlib
+import re
+import types
+import typing
+from typing import ClassVar, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from warp_meshad._src.solve.linear import LINEAR_SOLVER_NAMES
+
+__all__ = ["AppConfig", "ConfigError", "ConfigModel", "GridConfig", "apply_overrides", "check_config",
+           "finish_config"]
+
+
+class ConfigError(ValueError):
+    """A bad app config: the message names the file (or flag) and the key."""
+
+    def __init__(self, where: str, key: str | None, message: str):
+        self.where = str(where)
+        self.key = key
+        self.detail = message
+        prefix = f"{self.where}: key '{key}'" if key else self.where
+        super().__init__(f"{prefix}: {message}")
+
+
+class ConfigModel(BaseModel):
+    """Base of every config and nested group of keys (such as ``grid:``): strict types, no unknown keys.
+
+    A list is accepted where the field is a tuple (YAML has no tuples) and a tuple where it is a list.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    # fields that YAML and --set cannot set (filled in by the loader)
+    internal_fields: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _sequence_kind(cls, value, info):
+        tp = cls.model_fields[info.field_name].annotation
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):  # Optional[tuple[...]]
+            tp = next((a for a in typing.get_args(tp) if a is not type(None)), tp)
+        origin = typing.get_origin(tp)
+        if origin is tuple and isinstance(value, list):
+            return tuple(value)
+        if origin is list and isinstance(value, tuple):
+            return list(value)
+        return value
+
+
+class GridConfig(ConfigModel):
+    """The built-in mesh generator ``mesh: grid``: a regular triangulated grid (:meth:`TriMesh.grid`).
+
+    Attributes:
+        nx: vertices along the first axis (>= 2).
+        ny: vertices along the second axis (>= 2).
+        width: extent along the first axis [m].
+        height: extent along the second axis [m].
+    """
+
+    nx: int = 32
+    ny: int = 32
+    width: float = 1.0
+    height: float = 1.0
+
+
+class AppConfig(ConfigModel):
+    """Fields every app has. Apps derive their own config class and may narrow a field's type (e.g. the solver names).
+
+    Attributes:
+        app: the app's name (module ``warp_meshad.apps.<app>``).
+        mesh: a mesh file (OBJ/OFF/PLY; a relative path resolves against the config file's folder, or against the
+            current folder when given with ``--set``) or ``"grid"``.
+        grid: the grid generator's size, used when ``mesh: grid``.
+        dtype: floating point type of the variables, ``"float64"`` or ``"float32"``.
+        device: Warp device (``"cpu"``, ``"cuda"``, ``"cuda:1"``); None: the first CUDA device if any, else the CPU.
+        solver: the nonlinear solver (each app lists its choices).
+        linear_solver: linear back-end of Newton-type solvers (``"auto"``, ``"qdldl"``, ``"scipy"``, ``"cg"``,
+            ``"cupy"``, ``"cudss"``; see :func:`~warp_meshad.make_linear_solver`).
+        steps: number of ``step()`` calls of a run (time steps, or solver rounds).
+        iterations: solver iteration cap per step.
+        tolerance: solver tolerance (Newton decrement for Newton-type solvers, else gradient norm).
+        output: output folder; None: ``output/<app>_<scene>`` under the current folder (``output/<app>_<scene>_test``
+            for a test-size run).
+        mesh_format: file format of the final mesh, ``"obj"`` or ``"ply"``.
+        viewer: open the interactive Polyscope viewer.
+        screenshot: render ``screenshot.png`` headless (Polyscope + EGL) where available.
+        test: overrides applied by ``--test`` (a small size that runs in seconds on a CPU); same keys as the config.
+        scene: the config file's name without extension (set by the loader).
+        source: the config file's path (set by the loader).
+        test_run: the ``test:`` block was asked for (``load_config(..., test=True)``, set by the loader).
+    """
+
+    app: str = ""
+    mesh: str = "grid"
+    grid: GridConfig = Field(default_factory=GridConfig)
+    dtype: Literal["float64", "float32"] = "float64"
+    device: Optional[str] = None
+    solver: str = "newton"
+    linear_solver: Literal[LINEAR_SOLVER_NAMES] = "auto"
+    steps: int = 10
+    iterations: int = 20
+    tolerance: float = 1e-8
+    output: Optional[str] = None
+    mesh_format: Literal["obj", "ply"] = "obj"
+    viewer: bool = False
+    screenshot: bool = True
+    test: dict = Field(default_factory=dict)
+    scene: str = ""
+    source: Optional[str] = None
+    test_run: bool = False
+
+    internal_fields: ClassVar[frozenset[str]] = frozenset({"scene", "source", "test_run"})
+    # names of built-in mesh generators (no file) and the mesh file extensions an app reads; apps may widen them
+    mesh_generators: ClassVar[tuple[str, ...]] = ("grid",)
+    mesh_suffixes: ClassVar[tuple[str, ...]] = (".obj", ".off", ".ply")
+
+    def validate(self) -> list[tuple[str, str]]:
+        """Checks across fields and of values; returns (key, message) pairs (empty when valid).
+
+        Subclasses extend it (call ``super().validate()``).
+        """
+        errors = []
+        if self.steps < 0:
+            errors.append(("steps", f"expected an int >= 0, got {self.steps}"))
+        if self.iterations < 0:
+            errors.append(("iterations", f"expected an int >= 0, got {self.iterations}"))
+        if not self.tolerance >= 0.0:
+            errors.append(("tolerance", f"expected a number >= 0, got {self.tolerance}"))
+        if self.mesh == "grid":
+            for k in ("nx", "ny"):
+                if getattr(self.grid, k) < 2:
+                    errors.append((f"grid.{k}", f"expected an int >= 2, got {getattr(self.grid, k)}"))
+            for k in ("width", "height"):
+                if not getattr(self.grid, k) > 0.0:
+                    errors.append((f"grid.{k}", f"expected a number > 0, got {getattr(self.grid, k)}"))
+        if self.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
+            errors.append(("device", f"expected 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"))
+        return errors
+
+    def mesh_path(self) -> pathlib.Path | None:
+        """The mesh file (absolute once loaded from a file), or None for a built-in generator."""
+        if self.mesh in self.mesh_generators:
+            return None
+        p = pathlib.Path(self.mesh).expanduser()
+        if not p.is_absolute() and self.source:
+            p = pathlib.Path(self.source).resolve().parent / p
+        return p
+
+
+def _public_fields(cls: type[ConfigModel]) -> list[str]:
+    return [k for k in cls.model_fields if k not in cls.internal_fields]
+
+
+def _is_model(tp) -> bool:
+    return isinstance(tp, type) and issubclass(tp, ConfigModel)
+
+
+def _type_name(tp) -> str:
+    """``tp`` in words, for messages: ``"an int"``, ``"one of 'a', 'b'"``, ``"a list of 3 numbers"``."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in args) + " or null"
+    if origin in (list, tuple):
+        args = typing.get_args(tp)
+        item = re.sub(r"^an? ", "", _type_name(args[0])) + "s" if args else ""
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return f"a list of {len(args)} {item}"
+        return f"a list of {item}" if args else "a list"
+    if _is_model(tp):
+        return f"a mapping with keys {', '.join(_public_fields(tp))}"
+    return {bool: "true/false", int: "an int", float: "a number", str: "a string", dict: "a mapping"}.get(tp, str(tp))
+
+
+def _item_type(tp, index: int):
+    args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+    if typing.get_origin(tp) is tuple and len(args) > 1:
+        return args[min(index, len(args) - 1)]
+    return args[0] if args else typing.Any
+
+
+def _unknown_key(model, cls: type[ConfigModel], key, prefix: str, where: str) -> ConfigError:
+    names = _public_fields(cls)
+    close = difflib.get_close_matches(str(key), names, n=1)
+    hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+    app = getattr(model, "app", "") or ""
+    owner = f"app '{app}'" if app else cls.__name__
+    return ConfigError(where, f"{prefix}{key}", f"unknown key for {owner}{hint}; valid keys: {', '.join(names)}")
+
+
+def _config_error(exc: ValidationError, config: ConfigModel, where: str, prefix: str) -> ConfigError:
+    """The first of pydantic's errors as a :class:`ConfigError` naming the dotted key and the expected type."""
+    err = exc.errors()[0]
+    model, tp, key = config, type(config), prefix.rstrip(".")
+    for part in err["loc"]:
+        if _is_model(tp):
+            if not isinstance(part, str) or part not in tp.model_fields:  # extra_forbidden
+                return _unknown_key(model, tp, part, f"{key}." if key else "", where)
+            model = getattr(model, part, None) if isinstance(model, tp) else None
+            tp = tp.model_fields[part].annotation
+            key = f"{key}.{part}" if key else part
+        elif err["type"] == "missing":  # a tuple too short: the whole list is wrong
+            break
+        else:
+            tp = _item_type(tp, int(part))
+            key = f"{key}[{part}]"
+    value = err["input"]
+    shown = repr(value) if len(repr(value)) < 60 else repr(value)[:57] + "..."
+    return ConfigError(where, key, f"expected {_type_name(tp)}, got {type(value).__name__} {shown}")
+
+
+def _merged(model: ConfigModel, mapping: dict) -> dict:
+    """The fields of ``model`` with ``mapping`` applied; a mapping given for a nested group merges into it."""
+    out = dict(model)
+    for k, v in mapping.items():
+        current = getattr(model, k, None) if isinstance(k, str) else None
+        out[k] = _merged(current, v) if isinstance(current, ConfigModel) and isinstance(v, dict) else v
+    return out
+
+
+def apply_overrides(config: ConfigModel, mapping: dict, where: str, prefix: str = "") -> ConfigModel:
+    """A copy of ``config`` with the keys of ``mapping`` replaced, each checked against the schema.
+
+    Args:
+        config: a config (or nested group) to start from.
+        mapping: nested mapping of keys to values (from YAML or ``--set``); nested mappings merge into the groups.
+        where: the file or flag the mapping came from, named in errors.
+        prefix: dotted prefix of the keys in errors (``"test."`` for the test block).
+
+    Raises:
+        ConfigError: ``mapping`` is not a mapping, a key is unknown (or set by the loader only), or a value has the
+            wrong type.
+    """
+    cls = type(config)
+    if not isinstance(mapping, dict):
+        raise ConfigError(where, prefix.rstrip(".") or None, f"expected a mapping, got {type(mapping).__name__}")
+    for k in mapping:
+        if not isinstance(k, str) or k in cls.internal_fields:
+            raise _unknown_key(config, cls, k, prefix, where)
+    try:
+        return cls.model_validate(_merged(config, mapping))
+    except ValidationError as exc:
+        raise _config_error(exc, config, where, prefix) from None
+
+
+def check_config(config: AppConfig, where: str, prefix: str = "") -> None:
+    """Raise the first of ``config.validate()``'s errors as a :class:`ConfigError`."""
+    for key, message in config.validate():
+        raise ConfigError(where, prefix + key, message)
+
+
+def finish_config(config: AppConfig, where: str) -> AppConfig:
+    """``config`` validated, with its mesh file checked and made absolute.
+
+    Raises:
+        ConfigError: an invalid value, or key ``mesh``: not a generator nor a mesh file of a known kind, or missing.
+    """
+    check_config(config, where)
+    mp = config.mesh_path()
+    if mp is not None:
+        if mp.suffix.lower() not in config.mesh_suffixes:
+            kinds = " or ".join(repr(g) for g in config.mesh_generators)
+            files = "/".join(config.mesh_suffixes)
+            raise ConfigError(where, "mesh", f"expected {kinds} or an {files} file, got {config.mesh!r}")
+        if not mp.is_file():
+            raise ConfigError(where, "mesh", f"mesh file not found: {config.mesh!r} (resolved to {mp})")
+        config = config.model_copy(update={"mesh": str(mp.resolve())})
+    return config

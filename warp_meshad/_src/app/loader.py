@@ -1,0 +1,153 @@
+"""Reading a config: a YAML file (or a name under ``configs/``), its ``test:`` block, ``--set`` pairs and flags.
+
+Overrides apply in this order: the config class's defaults, the YAML file, the file's ``test:`` block (with
+``test=True``: the small size the test suite runs), ``--set key=value`` pairs (dotted keys reach nested fields), then
+the command-line flags (``--device``, ``--steps``, ``--output``). A mesh path in a file is relative to the file's
+folder; one given with ``--set`` is relative to the current folder. pyyaml is imported only here, when used.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+from warp_meshad._src.app.config import AppConfig, ConfigError, apply_overrides, check_config, finish_config
+from warp_meshad._src.app.registry import app_class, available_apps, configs_root
+
+__all__ = ["load_config", "parse_set"]
+
+
+def parse_set(items) -> dict:
+    """``["a=1", "grid.nx=8"]`` -> ``{"a": 1, "grid": {"nx": 8}}``; values are parsed as YAML (``[0, -9.8, 0]``)."""
+    out: dict = {}
+    for item in items or ():
+        if "=" not in item:
+            raise ConfigError("--set", item, "expected key=value")
+        key, text = item.split("=", 1)
+        key = key.strip()
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", key):
+            raise ConfigError("--set", key, "expected a key like 'steps' or 'grid.nx'")
+        value = _yaml_value(text, key)
+        node = out
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError("--set", key, "conflicts with another --set of its parent key")
+        node[parts[-1]] = value
+    return out
+
+
+def _yaml():
+    try:
+        import yaml
+    except ImportError:
+        raise ImportError(
+            "reading app configs needs pyyaml: pip install 'warp-meshad[apps]' (or pip install pyyaml)"
+        ) from None
+    return yaml
+
+
+_FLOAT = (  # YAML 1.2 floats, exponent without a dot included
+    r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+"
+    r"|\.(?:inf|Inf|INF)|[-+]\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+_LOADER = None
+
+
+def _load_yaml(text: str):
+    """``yaml.safe_load`` that also reads ``1e-3`` as a number (YAML 1.1, PyYAML's default, wants ``1.0e-3``)."""
+    global _LOADER
+    yaml = _yaml()
+    if _LOADER is None:
+
+        class Loader(yaml.SafeLoader):
+            pass
+
+        Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+        Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(_FLOAT), list("-+0123456789."))
+        _LOADER = Loader
+    return yaml.load(text, Loader=_LOADER)
+
+
+def _yaml_value(text: str, key: str):
+    yaml = _yaml()
+    try:
+        return _load_yaml(text) if text.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError("--set", key, f"cannot parse value {text!r}: {exc}") from None
+
+
+def _resolve_config_path(path) -> pathlib.Path:
+    p = pathlib.Path(path).expanduser()
+    if p.is_file():
+        return p
+    for candidate in (configs_root() / p, configs_root() / f"{p}.yaml", p.with_suffix(".yaml")):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(str(p), None, "config file not found (give a path, or a name like 'cloth/hanging'; "
+                                    "'warp-meshad list' shows them)")
+
+
+def load_config(path, overrides: dict | None = None, test: bool = False, flags: dict | None = None) -> AppConfig:
+    """Read a YAML config into its app's typed config.
+
+    Args:
+        path: a YAML file, or a name under ``configs/`` like ``"cloth/hanging"``.
+        overrides: nested mapping applied after the file (``--set``; see :func:`parse_set`).
+        test: apply the file's ``test:`` block (the small size the test suite runs).
+        flags: ``{flag name: {key: value}}`` applied last, each reported under its flag's name on error
+            (e.g. ``{"--steps": {"steps": 2}}``).
+
+    Returns:
+        The app's config (its :class:`AppConfig` subclass) with ``scene`` and ``source`` set and ``mesh`` resolved to an absolute path.
+
+    Raises:
+        ConfigError: unreadable YAML, a missing or unknown ``app``, an unknown key, a wrong type, an invalid value or a
+            missing mesh file; the message names the file (or flag) and the key.
+    """
+    p = _resolve_config_path(path)
+    where = str(p)
+    yaml = _yaml()
+    try:
+        data = _load_yaml(p.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(where, None, f"not valid YAML (only plain data is accepted; tags that build objects are "
+                                       f"refused): {exc}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(where, None, f"expected a mapping of keys to values, got {type(data).__name__}")
+    if "app" not in data:
+        raise ConfigError(where, "app", f"missing: name the app (one of {', '.join(available_apps())})")
+    name = data["app"]
+    if not isinstance(name, str):
+        raise ConfigError(where, "app", f"expected a string, got {type(name).__name__} {name!r}")
+    cls = app_class(name, where)
+    config = cls.config_class(app=name, scene=p.stem, source=str(p.resolve()))
+    config = apply_overrides(config, dict(data), where)
+    check_config(config, where)
+    mesh_where = where
+    if config.test:
+        bad = {"app", "test"} & set(config.test)
+        if bad:
+            raise ConfigError(where, f"test.{sorted(bad)[0]}", "cannot be overridden in the test block")
+        checked = apply_overrides(config, config.test, where, prefix="test.")
+        check_config(checked, where, prefix="test.")
+        if test:
+            config = checked
+    if test:
+        config = config.model_copy(update={"test_run": True})
+    for label, mapping in [("--set", overrides or {})] + list((flags or {}).items()):
+        if mapping:
+            if "app" in mapping:
+                raise ConfigError(label, "app", "the app is fixed by the config file")
+            config = apply_overrides(config, mapping, label)
+            check_config(config, label)
+            if "mesh" in mapping:
+                mesh_where = label
+                if config.mesh not in config.mesh_generators:  # a path on the command line: relative to the cwd
+                    config = config.model_copy(update={"mesh": str(pathlib.Path(config.mesh).expanduser().absolute())})
+    return finish_config(config, mesh_where)
+
+

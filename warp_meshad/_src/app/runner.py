@@ -1,0 +1,215 @@
+"""Running an app from its config: :func:`run_app` (build, run headless or in the viewer, check, write the outputs)
+and :func:`warmup_app` (build and take one short step so that Warp compiles and caches the kernels, writing nothing).
+
+Outputs go to ``output/<app>_<scene>/`` (``output/<app>_<scene>_test/`` for a ``test=True`` config) unless ``output``
+says otherwise: the final mesh (``final.obj`` or ``final.ply``), ``metrics.json``, ``convergence.png`` (matplotlib)
+and ``screenshot.png`` (Polyscope, headless EGL, where available). While an app is built and run, the Warp modules it
+compiles are announced on the log as each compile starts (:class:`~warp_meshad._src.codegen.module_loads.ModuleLoads`);
+``metrics.json`` records the compile and load times and whether the kernel cache was warm.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from warp_meshad._src.app import viewer as _viewer
+from warp_meshad._src.app.base import App
+from warp_meshad._src.app.config import AppConfig
+from warp_meshad._src.app.outputs import (
+    build_metrics,
+    check_output_folder,
+    json_safe,
+    output_folder,
+    save_mesh,
+    write_convergence_plot,
+    write_metrics,
+)
+from warp_meshad._src.app.progress import Progress, stderr_log
+from warp_meshad._src.app.registry import app_class
+from warp_meshad._src.codegen.module_loads import ModuleLoads
+from warp_meshad._src.mesh.trimesh import new_file_mode
+
+__all__ = ["RunReport", "WarmupReport", "run_app", "warmup_app"]
+
+
+@dataclass
+class RunReport:
+    """What :func:`run_app` did.
+
+    Attributes:
+        app: the app after the run.
+        output: the output folder.
+        files: the files written, by kind (``mesh``, ``metrics``, ``convergence``, ``screenshot``).
+        metrics: the content of ``metrics.json``.
+        messages: notes (skipped outputs and why).
+    """
+
+    app: App
+    output: pathlib.Path
+    files: dict
+    metrics: dict
+    messages: list
+
+
+def _step_times(times: list[float]) -> dict:
+    """First step and median later step [s] from the step end times (the first entry: the run's start)."""
+    steps = np.diff(times)
+    return {"first_step_s": float(steps[0]) if steps.size else None,
+            "median_step_s": float(np.median(steps[1:])) if steps.size > 1 else None}
+
+
+def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, check: bool = True,
+            log=None) -> RunReport:
+    """Build the config's app, run it (headless, or in the viewer), check it, and write its outputs.
+
+    The output folder is checked for writing first. Each Warp module compiled while the app is built and run is
+    announced on ``log`` as the compile starts; ``metrics.json["compile"]`` records the compiles and loads
+    (:meth:`~warp_meshad._src.codegen.module_loads.ModuleLoads.summary`), ``cache_warm``, and the first and the median later
+    step time (``first_step_s``, ``median_step_s``: the first step pays for the compiles of a cold cache).
+
+    Args:
+        config: an app config (from :func:`load_config`, or built directly).
+        quiet: no progress bar and no messages.
+        viewer: open the interactive viewer; None: ``config.viewer``.
+        check: run ``check_final`` (its failure is raised after the outputs are written).
+        log: ``log(text)`` for messages; default: print to stderr unless quiet.
+
+    Returns:
+        :class:`RunReport`.
+
+    Raises:
+        ConfigError: a bad config, mesh (key ``mesh``) or output folder (key ``output``).
+        AssertionError: ``check_final`` failed (after the outputs are written).
+    """
+    if log is None:
+        log = stderr_log(quiet)
+    out = check_output_folder(output_folder(config), config.source or "config")
+
+    times = {}
+    t0 = time.perf_counter()
+    import warp as wp
+
+    if wp.config.log_level < wp.LOG_WARNING and quiet:
+        wp.config.log_level = wp.LOG_WARNING
+    messages = []
+    step_ends = []
+    with ModuleLoads(log=None if quiet else log) as loads:
+        app = app_class(config.app, config.source or "config")(config)
+        log(app.describe())
+        times["setup"] = (time.perf_counter() - t0) * 1000.0
+
+        t0 = time.perf_counter()
+        use_viewer = config.viewer if viewer is None else viewer
+        if use_viewer:
+            _viewer.show(app, log=log)
+        else:
+            progress = Progress(config.steps, quiet=quiet)
+            progress.update(0, "")
+            step_ends.append(time.perf_counter())
+
+            def after_step(a, rec):
+                step_ends.append(time.perf_counter())
+                progress.update(a.steps_done, f"E={a.energy:.6g} it={rec['iterations']}")
+
+            app.run(after_step)
+        times["run"] = (time.perf_counter() - t0) * 1000.0
+    times["compile"] = loads.compile_s * 1000.0
+    if loads.compiled:
+        log(loads.describe())
+
+    failure = None
+    status = "not run"
+    if check:
+        if app.steps_done < config.steps:
+            status = f"skipped: {app.steps_done} of {config.steps} steps taken"
+        else:
+            try:
+                app.check_final()
+                status = "passed"
+            except AssertionError as exc:
+                status = f"failed: {exc}"
+                failure = exc
+
+    t0 = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    files = {}
+    mesh_path = out / f"final.{config.mesh_format}"
+    save_mesh(mesh_path, app)
+    files["mesh"] = mesh_path
+    plot = out / "convergence.png"
+    if write_convergence_plot(plot, app):
+        files["convergence"] = plot
+    else:
+        messages.append("convergence.png skipped: matplotlib is not installed (pip install matplotlib)")
+    if config.screenshot:
+        shot = out / "screenshot.png"
+        ok, why = _viewer.screenshot(app, shot)
+        if ok:
+            os.chmod(shot, new_file_mode())
+            files["screenshot"] = shot
+        else:
+            messages.append(f"screenshot.png skipped: {why}")
+    times["outputs"] = (time.perf_counter() - t0) * 1000.0
+    metrics = build_metrics(app, times, status)
+    metrics["compile"] = json_safe({**loads.summary(), **_step_times(step_ends)})
+    write_metrics(out / "metrics.json", metrics)
+    files["metrics"] = out / "metrics.json"
+    for m in messages:
+        log(m)
+    log(f"{app.steps_done} steps, {metrics['iterations']} iterations, final energy {app.energy:.9g}, "
+        f"check_final {status}; wrote {', '.join(p.name for p in files.values())} to {out}")
+    if failure is not None:
+        raise failure
+    return RunReport(app, out, files, metrics, messages)
+
+
+@dataclass
+class WarmupReport:
+    """What :func:`warmup_app` did.
+
+    Attributes:
+        app: the app after its warm-up step.
+        loads: the module loads seen (:class:`~warp_meshad._src.codegen.module_loads.ModuleLoads`).
+        seconds: wall time of the warm-up (build and step).
+    """
+
+    app: App
+    loads: ModuleLoads
+    seconds: float
+
+
+def warmup_app(config: AppConfig, quiet: bool = False, log=None, iterations: int = 2) -> WarmupReport:
+    """Compile (or load from Warp's kernel cache) the kernels of a config's run ahead of time, writing nothing.
+
+    Builds the app at the config's size (its kernels' compile-time sizes, e.g. the GPU tile plans, depend on it; use
+    a ``test=True`` config for the small size) and takes one step capped at ``iterations`` solver iterations: the
+    kernels Warp builds on first use (each energy term in each evaluation mode the solver uses, the assembly, the
+    linear solver, the line search) are then compiled and cached. Kernels that a run first needs later (e.g. contact
+    terms before any contact) still compile when they are first used, with a message.
+
+    Args:
+        config: an app config (from :func:`load_config`).
+        quiet: no messages.
+        log: ``log(text)`` for messages; default: print to stderr unless quiet.
+        iterations: the solver iteration cap of the warm-up step (>= 1).
+
+    Returns:
+        :class:`WarmupReport`.
+    """
+    if log is None:
+        log = stderr_log(quiet)
+    config = config.model_copy(update={"steps": 1, "iterations": max(1, min(config.iterations, int(iterations)))})
+    t0 = time.perf_counter()
+    with ModuleLoads(log=None if quiet else log) as loads:
+        app = app_class(config.app, config.source or "config")(config)
+        log(f"warming up {app.describe()}; one step of at most {config.iterations} solver iteration"
+            f"{'' if config.iterations == 1 else 's'}, no outputs")
+        app.step()
+    seconds = time.perf_counter() - t0
+    log(f"{loads.describe()}; warm-up took {seconds:.1f} s")
+    return WarmupReport(app, loads, seconds)

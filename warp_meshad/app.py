@@ -1,0 +1,49 @@
+"""The app framework: typed configs read from YAML, the :class:`App` base class, the registry of apps, and the
+runner that writes a run's outputs.
+
+An app is one module of :mod:`warp_meshad.apps` holding a class ``App`` (derived from :class:`App`) whose
+``config_class`` derives from :class:`AppConfig` (a pydantic model: the class is the schema). A YAML file in
+``configs/<app>/`` names the app and overrides config fields; an unknown key, a value of the wrong type or a missing
+mesh file is a :class:`ConfigError` naming the file and the key::
+
+    from warp_meshad import app
+
+    config = app.load_config("cloth/hanging", test=True)
+    report = app.run(config)            # build, run, check_final, write metrics.json and the final mesh
+    app.warmup(config)                  # or: compile the kernels of a run ahead of time, writing nothing
+
+Importing this module imports pydantic and tqdm; pyyaml, matplotlib and polyscope only when used.
+"""
+
+from warp_meshad._src.app.base import App, resolve_device
+from warp_meshad._src.app.config import AppConfig, ConfigError, ConfigModel, GridConfig
+from warp_meshad._src.app.loader import load_config, parse_set
+from warp_meshad._src.app.outputs import check_output_folder, output_folder
+from warp_meshad._src.app.registry import DEFAULT_CONFIG, app_class, available_apps, available_configs, configs_root
+from warp_meshad._src.app.runner import RunReport, WarmupReport
+from warp_meshad._src.app.runner import run_app as run
+from warp_meshad._src.app.runner import warmup_app as warmup
+from warp_meshad._src.app.viewer import ViewerError
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "App",
+    "AppConfig",
+    "ConfigError",
+    "ConfigModel",
+    "GridConfig",
+    "RunReport",
+    "ViewerError",
+    "WarmupReport",
+    "app_class",
+    "available_apps",
+    "available_configs",
+    "check_output_folder",
+    "configs_root",
+    "load_config",
+    "output_folder",
+    "parse_set",
+    "resolve_device",
+    "run",
+    "warmup",
+]
