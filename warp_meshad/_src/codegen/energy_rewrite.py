@@ -31,6 +31,9 @@ import types
 
 import warp as wp
 
+from warp_meshad._src.codegen.energy_errors import remember
+from warp_meshad._src.codegen.warp_compat import register_function
+
 __all__ = ["instantiate", "EnergyInfo", "describe_energy"]
 
 _COMPARE = {ast.Lt: "_wm_lt", ast.LtE: "_wm_le", ast.Gt: "_wm_gt", ast.GtE: "_wm_ge"}
@@ -289,10 +292,23 @@ def _compile(fdef, scope, ns, module, orig, arg_types, stack, cache_key, scalar,
     exec(code, glb)
     pyfn = glb[fdef.name]
     pyfn.__module__ = module.name
-    wp.Function(func=pyfn, key=fdef.name, namespace="", module=module, value_func=None, source=src)
-    fn = module.functions[fdef.name]
+    fn = register_function(pyfn, fdef.name, module, src)
+    first = orig.__code__.co_firstlineno
+    remember(fdef.name, filename, orig.__name__, first, _line_map(fdef, src, first))
     _cache[cache_key] = fn
     return fn
+
+
+def _line_map(fdef: ast.FunctionDef, src: str, first: int) -> dict[int, int]:
+    """Line of each statement in the rewritten text ``src`` (which Warp parses, 1-based) -> its line in the user's
+    file. ``fdef`` is the rewritten tree, its lines counted from the user's function's first line ``first``."""
+    def statements(tree):
+        return [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
+
+    ours, users = statements(ast.parse(src).body[0]), statements(fdef)
+    if len(ours) != len(users):
+        return {}
+    return {a.lineno: first + b.lineno - 1 for a, b in zip(ours, users)}
 
 
 class EnergyInfo:

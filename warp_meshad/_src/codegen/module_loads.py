@@ -6,11 +6,12 @@ kernel of it launches: codegen, then Clang (CPU) or NVRTC (CUDA), then a binary 
 per module (a float64 Hessian module: ~5 s on a CPU core), and Warp says nothing while it runs unless its log level
 is INFO, and then only after each module is done.
 
-:class:`ModuleLoads` is a context manager that, while active, wraps ``wp.Module.load`` (every load, cached or
-compiled, with its time) and ``wp.Module._run_codegen`` (which Warp 1.19 calls only on a cache miss, before the
-native compile: the moment to say "compiling ..."). The wrappers are installed on the class once, while at least one
-monitor is active, and removed after the last one exits; they add one dictionary look-up to each kernel launch.
-Warp versions without ``_run_codegen`` still get the load times, with ``compiled`` left unknown (None).
+:class:`ModuleLoads` is a context manager that, while active, wraps Warp's module load (every load, cached or
+compiled, with its time) and its code generation (which Warp 1.19 runs only on a cache miss, before the native
+compile: the moment to say "compiling ..."), through :func:`~.warp_compat.install_module_hooks`. The wrappers are
+installed once, while at least one monitor is active, and removed after the last one exits; they add one dictionary
+look-up to each kernel launch. Where Warp's code generation cannot be watched, the load times are still recorded,
+with ``compiled`` left unknown (None).
 
 Modules get readable names from :func:`describe_module` (``Problem`` registers each energy kernel's term and mode);
 other modules are named by their kernels' Python module and key.
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 
 import warp as wp
 
+from warp_meshad._src.codegen.warp_compat import install_module_hooks, loaded_binary
+
 __all__ = ["ModuleLoad", "ModuleLoads", "describe_module", "kernel_cache_dir", "module_label"]
 
 _LABELS: dict[str, str] = {}  # Warp module name -> what it holds, for messages
@@ -32,7 +35,7 @@ _HASH_SUFFIX = re.compile(r"_[0-9a-f]{8,12}(_\d+)?$")
 
 _lock = threading.RLock()
 _active: list[ModuleLoads] = []
-_originals: dict = {}
+_hooks: dict = {}  # the restore function of the installed wrappers, and whether codegen is watched
 _frames = threading.local()  # per thread: the stack of Module.load calls in progress
 
 
@@ -211,32 +214,28 @@ def _stack() -> list:
 
 
 def _install() -> None:
-    load = wp.Module.load
-    _originals["load"] = load
+    def wrap_load(load):
+        def watched_load(module, device=None, block_dim=None, *args, **kwargs):
+            dev = wp.get_device(device)
+            before = loaded_binary(module, dev, block_dim)
+            stack = _stack()
+            frame = {"compiled": False if _hooks["codegen"] else None, "device": str(dev)}
+            stack.append(frame)
+            t0 = time.perf_counter()
+            try:
+                result = load(module, dev, block_dim, *args, **kwargs)
+            finally:
+                stack.pop()
+            if result is not None and result is not before:  # not a launch's fast path: Warp built or read the binary
+                record = ModuleLoad(module.name, module_label(module), str(dev), frame["compiled"],
+                                    time.perf_counter() - t0)
+                for monitor in list(_active):
+                    monitor._loaded(record)
+            return result
 
-    def watched_load(module, device=None, block_dim=None, *args, **kwargs):
-        dev = wp.get_device(device)
-        before = module.execs.get((dev.context, block_dim if block_dim is not None else module.options["block_dim"]))
-        stack = _stack()
-        frame = {"compiled": False if "codegen" in _originals else None, "device": str(dev)}
-        stack.append(frame)
-        t0 = time.perf_counter()
-        try:
-            result = load(module, dev, block_dim, *args, **kwargs)
-        finally:
-            stack.pop()
-        if result is not None and result is not before:  # not a launch's fast path: Warp built or read the binary
-            record = ModuleLoad(module.name, module_label(module), str(dev), frame["compiled"],
-                                time.perf_counter() - t0)
-            for monitor in list(_active):
-                monitor._loaded(record)
-        return result
+        return watched_load
 
-    wp.Module.load = watched_load
-    codegen = getattr(wp.Module, "_run_codegen", None)
-    if codegen is not None:
-        _originals["codegen"] = codegen
-
+    def wrap_codegen(codegen):
         def watched_codegen(module, *args, **kwargs):
             stack = _stack()
             device = None
@@ -247,11 +246,12 @@ def _install() -> None:
                 monitor._compile_started(module, device)
             return codegen(module, *args, **kwargs)
 
-        wp.Module._run_codegen = watched_codegen
+        return watched_codegen
+
+    _hooks["restore"], _hooks["codegen"] = install_module_hooks(wrap_load, wrap_codegen)
 
 
 def _uninstall() -> None:
-    if "load" in _originals:
-        wp.Module.load = _originals.pop("load")
-    if "codegen" in _originals:
-        wp.Module._run_codegen = _originals.pop("codegen")
+    restore = _hooks.pop("restore", None)
+    if restore is not None:
+        restore()

@@ -43,6 +43,8 @@ import numpy as np
 import warp as wp
 import warp.sparse as wps
 
+from warp_meshad._src.codegen.warp_compat import matrix_pattern_version
+
 __all__ = [
     "LINEAR_SOLVER_NAMES",
     "CGSolver",
@@ -239,7 +241,7 @@ def _pattern_key(A: wps.BsrMatrix) -> tuple:
         A.block_shape,
         A.scalar_type,
         str(A.device),
-        getattr(A, "pattern_version", None),
+        matrix_pattern_version(A),
     )
 
 
