@@ -47,7 +47,8 @@ def _hook(arch: int):
 
     context.Module.load = load
 
-    from warp_meshad._src.problem.problem import Problem, unrolled_default
+    from warp_meshad import Problem
+    from warp_meshad._src.problem.problem import unrolled_default
 
     unrolled = Problem._unrolled
 

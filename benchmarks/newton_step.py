@@ -64,7 +64,7 @@ def _energies():
 
 def build_problem(grid: int, device, seed: int = 0):
     """Mass-spring grid problem of ``grid * grid`` vertices, its start point and pinned corners."""
-    from warp_meshad._src.problem.problem import Problem
+    from warp_meshad import Problem
 
     spring, inertia = _energies()
     n = grid * grid
@@ -159,7 +159,7 @@ CUPY_METHOD = "spsolve"
 
 
 def _make_backends(names, cg_tol: float):
-    from warp_meshad._src.solve.linear import make_linear_solver
+    from warp_meshad import make_linear_solver
 
     out = {}
     for name in names:

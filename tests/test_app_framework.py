@@ -14,7 +14,7 @@ from warp_meshad.__main__ import main  # noqa: E402
 from warp_meshad import app as appmod  # noqa: E402
 from warp_meshad._src.app.outputs import json_safe  # noqa: E402
 from warp_meshad._src.app.progress import Progress  # noqa: E402
-from warp_meshad._src.mesh.trimesh import _atomic_write  # noqa: E402
+from warp_meshad._src.mesh.files import atomic_write  # noqa: E402
 from warp_meshad.app import ConfigError, load_config, parse_set  # noqa: E402
 from warp_meshad.app import run as run_app  # noqa: E402
 
@@ -163,7 +163,7 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path):
         raise RuntimeError("interrupted")
 
     with pytest.raises(RuntimeError):
-        _atomic_write(target, fail)
+        atomic_write(target, fail)
     assert target.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]  # no temporary file left
 

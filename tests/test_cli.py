@@ -19,7 +19,7 @@ pytestmark = pytest.mark.cpu  # the apps run with --device cpu
 from warp_meshad.__main__ import main  # noqa: E402
 from warp_meshad import app as appmod  # noqa: E402
 from warp_meshad.app import load_config, output_folder  # noqa: E402
-from warp_meshad._src.mesh.trimesh import _atomic_write  # noqa: E402
+from warp_meshad._src.mesh.files import atomic_write  # noqa: E402
 from warp_meshad._src.solve.linear import LINEAR_SOLVER_NAMES  # noqa: E402
 
 
@@ -152,7 +152,7 @@ def test_read_only_output_folder_exits_2(tmp_path, capsys):
 def test_atomic_write_gives_an_ordinary_file_mode(umask, tmp_path):
     old = os.umask(umask)
     try:
-        _atomic_write(tmp_path / "a.json", lambda tmp: pathlib.Path(tmp).write_text("{}"))
+        atomic_write(tmp_path / "a.json", lambda tmp: pathlib.Path(tmp).write_text("{}"))
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o666 & ~umask

@@ -9,7 +9,7 @@ import pytest
 
 import warp_meshad as wm
 from warp_meshad import MeshError, TetMesh
-from warp_meshad._src.mesh.trimesh import new_file_mode
+from warp_meshad._src.mesh.files import new_file_mode
 
 MESHES = pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes"
 UNIT_TET = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])

@@ -19,7 +19,8 @@ import numpy as np
 
 from warp_meshad._src.app.base import App
 from warp_meshad._src.app.config import AppConfig, ConfigError
-from warp_meshad._src.mesh.trimesh import TriMesh, _atomic_write
+from warp_meshad._src.mesh.files import atomic_write
+from warp_meshad._src.mesh.trimesh import TriMesh
 
 __all__ = ["build_metrics", "check_output_folder", "json_safe", "output_folder", "save_mesh", "versions",
            "write_convergence_plot", "write_metrics"]
@@ -104,7 +105,7 @@ def write_metrics(path: pathlib.Path, metrics: dict) -> None:
             json.dump(metrics, f, indent=1, allow_nan=False)
             f.write("\n")
 
-    _atomic_write(path, w)
+    atomic_write(path, w)
 
 
 def write_convergence_plot(path: pathlib.Path, app: App) -> bool:
@@ -139,7 +140,7 @@ def write_convergence_plot(path: pathlib.Path, app: App) -> bool:
         fig.savefig(tmp, format="png", dpi=110)
 
     try:
-        _atomic_write(path, w)
+        atomic_write(path, w)
     finally:
         plt.close(fig)
     return True

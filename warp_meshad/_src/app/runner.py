@@ -32,7 +32,7 @@ from warp_meshad._src.app.outputs import (
 from warp_meshad._src.app.progress import Progress, stderr_log
 from warp_meshad._src.app.registry import app_class
 from warp_meshad._src.codegen.module_loads import ModuleLoads
-from warp_meshad._src.mesh.trimesh import new_file_mode
+from warp_meshad._src.mesh.files import new_file_mode
 
 __all__ = ["RunReport", "WarmupReport", "run_app", "warmup_app"]
 

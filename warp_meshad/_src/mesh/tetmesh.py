@@ -21,23 +21,23 @@ import functools
 
 import numpy as np
 
-from warp_meshad._src.mesh.trimesh import (
-    _UNREFERENCED_MODES,
+from warp_meshad._src.mesh.checks import (
+    UNREFERENCED_MODES,
+    ElementWords,
     MeshError,
-    TriMesh,
-    _atomic_write,
-    _check_arrays,
-    _check_folder,
-    _check_mesh_file,
-    _check_option,
-    _check_save_path,
-    _Elements,
-    _first,
-    _readonly,
-    _referenced,
-    _sorted_groups,
-    _VertexMesh,
+    check_arrays,
+    check_folder,
+    check_mesh_file,
+    check_option,
+    check_save_path,
+    first_items,
+    readonly,
+    referenced_vertices,
 )
+from warp_meshad._src.mesh.files import atomic_write
+from warp_meshad._src.mesh.sorting import sorted_groups
+from warp_meshad._src.mesh.trimesh import TriMesh
+from warp_meshad._src.mesh.vertex_mesh import VertexMesh
 
 __all__ = ["TetMesh"]
 
@@ -48,7 +48,7 @@ _DEGENERATE_RTOL = 1e-12  # a tet is degenerate when |6 V| <= rtol * (longest ed
 # the four faces of tet (a, b, c, d), face k opposite corner k, each oriented outward for a positive tet
 _TET_FACES = np.array([[1, 2, 3], [0, 3, 2], [0, 1, 3], [0, 2, 1]], dtype=np.int64)
 _TET_EDGES = np.array([[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]], dtype=np.int64)
-_TETRAHEDRA = _Elements(
+_TETRAHEDRA = ElementWords(
     mesh="TetMesh", array="tets", single="tet", noun="tetrahedron", valence=4,
     shape_hint=" (only linear tetrahedra, 4 vertices each, are supported)", index_dtype="int32", repeat_hint="",
     file_kind="tet mesh",
@@ -71,7 +71,7 @@ def _det3(a: np.ndarray) -> np.ndarray:
     )
 
 
-class TetMesh(_VertexMesh):
+class TetMesh(VertexMesh):
     """A positively oriented, face-manifold tetrahedral mesh with cached stencils, boundary and rest shapes.
 
     Construction validates the arrays and raises `MeshError` for: wrong shapes or dtypes, an empty mesh, non-finite
@@ -105,14 +105,14 @@ class TetMesh(_VertexMesh):
 
     def __init__(self, vertices, tets, *, unreferenced: str = "error", inverted: str = "error", source=None):
         self.source = "TetMesh(...)" if source is None else str(source)
-        _check_option(self.source, "unreferenced", unreferenced, _UNREFERENCED_MODES)
-        _check_option(self.source, "inverted", inverted, _INVERTED_MODES)
-        v, t = _check_arrays(self.source, vertices, tets, _TETRAHEDRA)
+        check_option(self.source, "unreferenced", unreferenced, UNREFERENCED_MODES)
+        check_option(self.source, "inverted", inverted, _INVERTED_MODES)
+        v, t = check_arrays(self.source, vertices, tets, _TETRAHEDRA)
         t, flipped = self._check_volumes(v, t, inverted)
-        self._vertices, self._tets, self.vertex_map, self.removed_vertices, unused = _referenced(
+        self._vertices, self._tets, self.vertex_map, self.removed_vertices, unused = referenced_vertices(
             self.source, v, t, unreferenced, _TETRAHEDRA
         )
-        self.flipped_tets = _readonly(flipped.astype(np.int32))
+        self.flipped_tets = readonly(flipped.astype(np.int32))
         # topology before unreferenced vertices, as TriMesh: a non-manifold mesh reports that first
         self._build_faces()
         if unused is not None:
@@ -132,7 +132,7 @@ class TetMesh(_VertexMesh):
             bad = np.flatnonzero(degenerate)
             b = bad[0]
             raise MeshError(
-                f"{src}: tets {_first(bad)} are degenerate (flat or collapsed: tet {b} = {t[b].tolist()} has signed "
+                f"{src}: tets {first_items(bad)} are degenerate (flat or collapsed: tet {b} = {t[b].tolist()} has signed "
                 f"volume {six_vol[b] / 6:.3g} with longest edge {longest[b]:.3g}); expected |volume| > "
                 f"{_DEGENERATE_RTOL:g} x (longest edge)^3 / 6"
             )
@@ -142,7 +142,7 @@ class TetMesh(_VertexMesh):
             every = " (all of them: the source may use the opposite orientation convention)" if (
                 negative.size == t.shape[0]) else ""
             raise MeshError(
-                f"{src}: tets {_first(negative)} are inverted{every}: tet {b} = {t[b].tolist()} has signed volume "
+                f"{src}: tets {first_items(negative)} are inverted{every}: tet {b} = {t[b].tolist()} has signed volume "
                 f"{six_vol[b] / 6:.3g}; expected det[x_b - x_a, x_c - x_a, x_d - x_a] > 0 for every tet (a, b, c, d). "
                 f'Pass inverted="flip" to reorient them'
             )
@@ -164,10 +164,10 @@ class TetMesh(_VertexMesh):
         if n ** 3 < 2**62:
             key = (s[:, 0] * n + s[:, 1]) * n + s[:, 2]
             order = np.argsort(key, kind="stable")
-            starts, counts, local_face = _sorted_groups(key[order], order)
+            starts, counts, local_face = sorted_groups(key[order], order)
         else:
             order = np.lexsort((s[:, 2], s[:, 1], s[:, 0]))
-            starts, counts, local_face = _sorted_groups(s[order], order)
+            starts, counts, local_face = sorted_groups(s[order], order)
         even_count = np.bincount(local_face, weights=even, minlength=starts.size).astype(np.int64)
 
         over = np.flatnonzero(counts > 2)
@@ -194,10 +194,10 @@ class TetMesh(_VertexMesh):
             )
 
         first = order[starts]  # the first local face of each unique triangle, in its tet's outward orientation
-        self._faces = _readonly(local[first].astype(np.int32))
-        self._tet_faces = _readonly(local_face.reshape(m, 4).astype(np.int32))
-        self._face_tet_counts = _readonly(counts.astype(np.int32))
-        self._boundary_face_indices = _readonly(np.flatnonzero(counts == 1).astype(np.int32))
+        self._faces = readonly(local[first].astype(np.int32))
+        self._tet_faces = readonly(local_face.reshape(m, 4).astype(np.int32))
+        self._face_tet_counts = readonly(counts.astype(np.int32))
+        self._boundary_face_indices = readonly(np.flatnonzero(counts == 1).astype(np.int32))
 
     # ------------------------------------------------------------------ construction
 
@@ -220,7 +220,7 @@ class TetMesh(_VertexMesh):
         Raises:
             MeshError: missing file, unsupported extension, unreadable file, no linear tets, or an invalid mesh.
         """
-        p, ext = _check_mesh_file(path, _SUPPORTED_EXTENSIONS, _TETRAHEDRA)
+        p, ext = check_mesh_file(path, _SUPPORTED_EXTENSIONS, _TETRAHEDRA)
         meshio = _meshio(p)
         try:
             # the format's own reader: meshio.read() would try other formats and call sys.exit() when all fail
@@ -291,12 +291,12 @@ class TetMesh(_VertexMesh):
             MeshError: unsupported extension.
             FileNotFoundError: the destination folder does not exist.
         """
-        p, ext = _check_save_path(path, _SUPPORTED_EXTENSIONS)
-        _check_folder(p)
+        p, ext = check_save_path(path, _SUPPORTED_EXTENSIONS)
+        check_folder(p)
         meshio = _meshio(p)
         out = meshio.Mesh(self._vertices, [("tetra", self._tets)])
         options = {"file_format": "gmsh", "binary": False} if ext == ".msh" else {"file_format": _MESHIO_FORMATS[ext]}
-        _atomic_write(p, lambda tmp: meshio.write(tmp, out, **options), suffix=ext)  # meshio wants the extension
+        atomic_write(p, lambda tmp: meshio.write(tmp, out, **options), suffix=ext)  # meshio wants the extension
 
     # ------------------------------------------------------------------ counts and stencils
 
@@ -345,12 +345,12 @@ class TetMesh(_VertexMesh):
         pairs = np.sort(t[:, _TET_EDGES].reshape(-1, 2), axis=1)
         n = self.vertex_count
         key = np.unique(pairs[:, 0] * n + pairs[:, 1])
-        return _readonly(np.stack(np.divmod(key, n), axis=1).astype(np.int32))
+        return readonly(np.stack(np.divmod(key, n), axis=1).astype(np.int32))
 
     @functools.cached_property
     def boundary_faces(self) -> np.ndarray:
         """Boundary triangles (used by one tet), oriented outward, int32, shape (B, 3), indices into `vertices`."""
-        return _readonly(self._faces[self._boundary_face_indices])
+        return readonly(self._faces[self._boundary_face_indices])
 
     @property
     def boundary_face_indices(self) -> np.ndarray:
@@ -362,12 +362,12 @@ class TetMesh(_VertexMesh):
         """The tet owning each boundary triangle, int32, shape (B,), rows as `boundary_faces`."""
         owner = np.full(self.face_count, -1, dtype=np.int64)
         owner[self._tet_faces.ravel()] = np.repeat(np.arange(self.tet_count), 4)
-        return _readonly(owner[self._boundary_face_indices].astype(np.int32))
+        return readonly(owner[self._boundary_face_indices].astype(np.int32))
 
     @functools.cached_property
     def boundary_vertices(self) -> np.ndarray:
         """Vertices on the boundary surface, int32, sorted."""
-        return _readonly(np.unique(self.boundary_faces).astype(np.int32))
+        return readonly(np.unique(self.boundary_faces).astype(np.int32))
 
     @functools.cached_property
     def _boundary_mesh(self) -> TriMesh:
@@ -375,7 +375,7 @@ class TetMesh(_VertexMesh):
         new_index = np.full(self.vertex_count, -1, dtype=np.int64)
         new_index[bv] = np.arange(bv.size)
         surface = TriMesh(self._vertices[bv], new_index[self.boundary_faces], source=f"{self.source} (boundary)")
-        surface.vertex_map = _readonly(bv.copy())
+        surface.vertex_map = readonly(bv.copy())
         return surface
 
     def boundary_mesh(self) -> TriMesh:
@@ -416,7 +416,7 @@ class TetMesh(_VertexMesh):
         bad = np.flatnonzero(np.abs(det) <= _DEGENERATE_RTOL * scale**3)
         if bad.size:
             raise MeshError(
-                f"{self.source}: tets {_first(bad)} are degenerate in the given positions (tet {bad[0]} = "
+                f"{self.source}: tets {first_items(bad)} are degenerate in the given positions (tet {bad[0]} = "
                 f"{self._tets[bad[0]].tolist()}, 6 x volume {det[bad[0]]:.3g}); expected non-degenerate tets to "
                 f"invert their rest matrices"
             )

@@ -16,311 +16,42 @@ half-edge leaving corner ``k`` and the vertex opposite it is corner ``(k + 2) % 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import itertools
-import os
-import pathlib
-import re
-import tempfile
 
 import numpy as np
+
+from warp_meshad._src.mesh.checks import (
+    SHOW,
+    UNREFERENCED_MODES,
+    ElementWords,
+    MeshError,
+    check_arrays,
+    check_folder,
+    check_mesh_file,
+    check_option,
+    check_save_path,
+    first_items,
+    readonly,
+    referenced_vertices,
+)
+from warp_meshad._src.mesh.files import TRIANGLE_WRITERS, atomic_write, read_obj, read_with_trimesh
+from warp_meshad._src.mesh.sorting import sorted_groups
+from warp_meshad._src.mesh.vertex_mesh import VertexMesh
 
 __all__ = ["MeshError", "TriMesh"]
 
 _SUPPORTED_EXTENSIONS = (".obj", ".off", ".ply")
-_UNREFERENCED_MODES = ("error", "remove")
-_SHOW = 5  # how many offending items a message lists
 _PACKED_SORT_BITS = 63  # edge keys and half-edge ids packed into one int64 when they fit (else argsort)
 _DEGENERATE_RTOL = 1e-12  # a face is degenerate when |(x1-x0) x (x2-x0)| <= rtol * (longest edge)^2
 
-
-
-def new_file_mode() -> int:
-    """The permissions ``open(path, "w")`` gives a new file: ``0o666`` less the process umask."""
-    mask = os.umask(0o022)  # reading the umask means setting it: put it back at once
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-class MeshError(ValueError):
-    """Invalid mesh input.
-
-    The message names the source (a file path, or ``TriMesh(...)`` for arrays), what is wrong,
-    where (indices: the first few and the total count) and what was expected.
-    """
-
-
-def _first(items, count: int | None = None) -> str:
-    """Formats the first few offending items and the total count, e.g. ``"[3, 7] (2 in total)"``."""
-    total = len(items) if count is None else count
-    shown = ", ".join(str(int(i)) for i in items[:_SHOW])
-    more = ", ..." if total > _SHOW else ""
-    return f"[{shown}{more}] ({total} in total)"
-
-
-def _readonly(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False
-    return a
-
-
-def _atomic_write(path: pathlib.Path, write, suffix: str = ".tmp") -> None:
-    """``write(tmp_path)`` then ``os.replace`` onto ``path``; the temporary file is removed on failure.
-
-    The temporary file lies in ``path``'s folder and ends with ``suffix`` (writers that pick the format by the
-    extension need it); the file gets the permissions of an ordinary new file (``mkstemp`` alone would leave it
-    ``0600``).
-    """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, new_file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-# ---------------------------------------------------------------------- shared by TriMesh and TetMesh
-# (the messages name the elements with the words of an _Elements: "faces" / "triangle", "tets" / "tetrahedron")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Elements:
-    """What a mesh's elements are called in its messages, and how many vertices each has."""
-
-    mesh: str  # the class named in hints: "TriMesh", "TetMesh"
-    array: str  # the element array, also the plural in messages: "faces", "tets"
-    single: str  # one element: "face", "tet"
-    noun: str  # what an empty mesh lacks one of: "triangle", "tetrahedron"
-    valence: int  # vertices per element: 3, 4
-    shape_hint: str  # appended to a 2D array's wrong-shape message
-    index_dtype: str  # how the dtype message says the indices are kept
-    repeat_hint: str  # leads the parenthesis of the repeated-vertex message
-    file_kind: str  # the kind of file from_file reads: "mesh", "tet mesh"
-
-
-_TRIANGLES = _Elements(
+_TRIANGLES = ElementWords(
     mesh="TriMesh", array="faces", single="face", noun="triangle", valence=3,
     shape_hint=" (only triangles are supported)", index_dtype="stored as int32",
     repeat_hint="degenerate index triples, ", file_kind="mesh",
 )  # the words of TriMesh's messages
-_VALENCE_WORDS = {3: "three", 4: "four"}
 
 
-def _check_option(source: str, name: str, value, options: tuple[str, ...]) -> None:
-    """Refuses a keyword argument ``name=value`` that is not one of ``options``."""
-    if value not in options:
-        raise MeshError(f"{source}: {name}={value!r} is not an option; expected one of {options}")
-
-
-def _check_arrays(src: str, vertices, elements, kind: _Elements) -> tuple[np.ndarray, np.ndarray]:
-    """Reads and validates vertex positions and element vertex indices.
-
-    Returns:
-        The vertices as float64, shape (n, 3), and the elements as int64, shape (m, kind.valence).
-
-    Raises:
-        MeshError: unreadable arrays, an empty mesh, wrong shapes or dtypes, more than int32 indices, non-finite
-            coordinates, indices out of range, or a vertex repeated within an element.
-    """
-    name, k = kind.array, kind.valence
-    try:
-        v = np.asarray(vertices)
-    except Exception as exc:  # ragged nested lists, ...
-        raise MeshError(f"{src}: vertices could not be read as an array ({exc}); expected shape (n, 3) floats")
-    try:
-        e = np.asarray(elements)
-    except Exception as exc:
-        raise MeshError(f"{src}: {name} could not be read as an array ({exc}); expected shape (m, {k}) integers")
-
-    if v.size == 0 or e.size == 0:
-        raise MeshError(
-            f"{src}: empty mesh: {v.shape[0] if v.ndim else 0} vertices (array shape {v.shape}) and "
-            f"{e.shape[0] if e.ndim else 0} {name} (array shape {e.shape}); expected at least one "
-            f"vertex and one {kind.noun}"
-        )
-    if v.ndim != 2 or v.shape[1] != 3:
-        raise MeshError(f"{src}: vertices have shape {v.shape}; expected (n, 3)")
-    if e.ndim != 2 or e.shape[1] != k:
-        hint = kind.shape_hint if e.ndim == 2 else ""
-        raise MeshError(f"{src}: {name} have shape {e.shape}; expected (m, {k}){hint}")
-    if v.dtype == bool or not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
-        raise MeshError(f"{src}: vertices have dtype {v.dtype}; expected a real floating-point dtype (float64)")
-    if not np.issubdtype(e.dtype, np.integer):
-        raise MeshError(
-            f"{src}: {name} have dtype {e.dtype}; expected an integer dtype (vertex indices, {kind.index_dtype})"
-        )
-    n, m = v.shape[0], e.shape[0]
-    if n > np.iinfo(np.int32).max or k * m > np.iinfo(np.int32).max:
-        raise MeshError(f"{src}: {n} vertices, {m} {name} exceed the int32 index range")
-
-    v = v.astype(np.float64, copy=False)
-    finite = np.isfinite(v).all(axis=1)
-    if not finite.all():
-        bad = np.flatnonzero(~finite)
-        raise MeshError(
-            f"{src}: vertices {_first(bad)} have NaN or infinite coordinates "
-            f"(vertex {bad[0]} = {v[bad[0]].tolist()}); expected finite coordinates"
-        )
-
-    e = e.astype(np.int64, copy=False)
-    out = (e < 0) | (e >= n)
-    if out.any():
-        bad = np.flatnonzero(out.any(axis=1))
-        b = bad[0]
-        raise MeshError(
-            f"{src}: {name} {_first(bad)} have vertex indices out of range "
-            f"({kind.single} {b} = {e[b].tolist()} uses index {e[b][out[b]][0]}); expected 0 <= index < {n} "
-            f"(the vertex count; indices are 0-based)"
-        )
-
-    repeated = np.zeros(m, dtype=bool)
-    for i, j in itertools.combinations(range(k), 2):  # k (k - 1) / 2 column comparisons: faster than a row sort
-        repeated |= e[:, i] == e[:, j]
-    if repeated.any():
-        bad = np.flatnonzero(repeated)
-        b = bad[0]
-        raise MeshError(
-            f"{src}: {name} {_first(bad)} repeat a vertex ({kind.repeat_hint}{kind.single} {b} = {e[b].tolist()}); "
-            f"expected {_VALENCE_WORDS[k]} distinct vertices per {kind.single}"
-        )
-    return v, e
-
-
-def _referenced(src: str, v: np.ndarray, e: np.ndarray, unreferenced: str, kind: _Elements):
-    """Drops (``unreferenced="remove"``) or reports the vertices that no element uses.
-
-    Returns:
-        Read-only ``(vertices float64, elements int32, vertex_map int32, removed_vertices int32)`` and the
-        `MeshError` to raise for unreferenced vertices under ``unreferenced="error"`` (None when there is none). The
-        caller raises it after its topology checks, so that a non-manifold mesh reports that first.
-    """
-    n = v.shape[0]
-    used = np.zeros(n, dtype=bool)
-    used[e.ravel()] = True
-    removed = np.flatnonzero(~used)
-    if removed.size and unreferenced == "remove":
-        kept = np.flatnonzero(used)
-        new_index = np.full(n, -1, dtype=np.int64)
-        new_index[kept] = np.arange(kept.size)
-        v = v[kept]
-        e = new_index[e]
-        vertex_map = kept
-    else:
-        vertex_map = np.arange(n)
-    error = None
-    if removed.size and unreferenced == "error":
-        error = MeshError(
-            f"{src}: {removed.size} of {n} vertices are not used by any {kind.single} "
-            f"(unreferenced vertices {_first(removed)}); expected every vertex in a {kind.single}. "
-            f'Pass unreferenced="remove" to drop them ({kind.mesh}(..., unreferenced="remove") or '
-            f'{kind.mesh}.from_file(path, unreferenced="remove"); mesh.vertex_map then maps kept '
-            f"vertices to their original indices)"
-        )
-    return (
-        _readonly(np.ascontiguousarray(v, dtype=np.float64)),
-        _readonly(np.ascontiguousarray(e, dtype=np.int32)),
-        _readonly(vertex_map.astype(np.int32)),
-        _readonly((removed if unreferenced == "remove" else removed[:0]).astype(np.int32)),
-        error,
-    )
-
-
-def _sorted_groups(sorted_keys: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Runs of equal keys after a sort: ``sorted_keys`` (1D, or 2D rows compared whole) is ``keys[order]``.
-
-    Returns:
-        ``(starts, counts, group)``: where each run starts in the sorted order and how long it is, and the run
-        (0, 1, ... in sorted order) of each unsorted key, all int64.
-    """
-    is_start = np.empty(sorted_keys.shape[0], dtype=bool)
-    is_start[0] = True
-    if sorted_keys.ndim == 1:
-        np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=is_start[1:])
-    else:
-        np.any(sorted_keys[1:] != sorted_keys[:-1], axis=1, out=is_start[1:])
-    starts = np.flatnonzero(is_start)
-    counts = np.diff(np.append(starts, is_start.size))
-    group = np.empty(order.size, dtype=np.int64)
-    group[order] = np.cumsum(is_start) - 1
-    return starts, counts, group
-
-
-def _check_mesh_file(path, extensions: tuple[str, ...], kind: _Elements) -> tuple[pathlib.Path, str]:
-    """``(path, lower-case extension)`` of an existing regular file with one of ``extensions``, else MeshError."""
-    p = pathlib.Path(path)
-    ext = p.suffix.lower()
-    if ext not in extensions:
-        raise MeshError(
-            f"{p}: unsupported {kind.file_kind} file extension {p.suffix!r}; supported: {', '.join(extensions)}"
-        )
-    if not p.exists():
-        raise MeshError(f"{p}: mesh file not found (resolved: {p.resolve()}); expected an existing {ext} file")
-    if not p.is_file():
-        raise MeshError(f"{p}: not a regular file; expected a {ext} {kind.file_kind} file")
-    return p, ext
-
-
-def _check_save_path(path, extensions: tuple[str, ...]) -> tuple[pathlib.Path, str]:
-    """``(path, lower-case extension)`` of a destination with one of ``extensions``, else MeshError."""
-    p = pathlib.Path(path)
-    ext = p.suffix.lower()
-    if ext not in extensions:
-        raise MeshError(f"{p}: cannot save: unsupported extension {p.suffix!r}; supported: {', '.join(extensions)}")
-    return p, ext
-
-
-def _check_folder(p: pathlib.Path) -> None:
-    if not p.parent.is_dir():
-        raise FileNotFoundError(f"{p}: cannot save: folder {p.parent} does not exist")
-
-
-class _VertexMesh:
-    """The vertex side of `TriMesh` and `TetMesh`: counts, positions and bounds (``source`` and ``_vertices`` are set
-    by the subclass)."""
-
-    source: str
-    _vertices: np.ndarray
-
-    @property
-    def vertex_count(self) -> int:
-        """Number of vertices n."""
-        return self._vertices.shape[0]
-
-    @property
-    def vertices(self) -> np.ndarray:
-        """Vertex positions, float64, shape (vertex_count, 3), C-contiguous, read-only."""
-        return self._vertices
-
-    @functools.cached_property
-    def vertex_indices(self) -> np.ndarray:
-        """Per-vertex stencil (V): ``arange(vertex_count)``, int32, shape (vertex_count, 1)."""
-        return _readonly(np.arange(self.vertex_count, dtype=np.int32).reshape(-1, 1))
-
-    def _positions(self, x) -> np.ndarray:
-        if x is None:
-            return self._vertices
-        if hasattr(x, "numpy") and not isinstance(x, np.ndarray):  # e.g. a wp.array of vec3d
-            x = x.numpy()
-        x = np.asarray(x, dtype=np.float64)
-        if x.shape != (self.vertex_count, 3):
-            raise MeshError(f"{self.source}: positions have shape {x.shape}; expected ({self.vertex_count}, 3)")
-        return x
-
-    def bounding_box(self, x=None) -> tuple[np.ndarray, np.ndarray]:
-        """Axis-aligned bounds ``(min, max)``, each float64 of shape (3,).
-
-        Args:
-            x: positions, shape (vertex_count, 3); defaults to `vertices`.
-        """
-        x = self._positions(x)
-        return x.min(axis=0), x.max(axis=0)
-
-
-class TriMesh(_VertexMesh):
+class TriMesh(VertexMesh):
     """An oriented, edge-manifold triangle mesh with cached topology and rest-shape geometry.
 
     Construction validates the arrays and raises `MeshError` for: wrong shapes or dtypes, an empty
@@ -352,9 +83,9 @@ class TriMesh(_VertexMesh):
 
     def __init__(self, vertices, faces, *, unreferenced: str = "error", source=None):
         self.source = "TriMesh(...)" if source is None else str(source)
-        _check_option(self.source, "unreferenced", unreferenced, _UNREFERENCED_MODES)
-        v, f = _check_arrays(self.source, vertices, faces, _TRIANGLES)
-        self._vertices, self._faces, self.vertex_map, self.removed_vertices, unused = _referenced(
+        check_option(self.source, "unreferenced", unreferenced, UNREFERENCED_MODES)
+        v, f = check_arrays(self.source, vertices, faces, _TRIANGLES)
+        self._vertices, self._faces, self.vertex_map, self.removed_vertices, unused = referenced_vertices(
             self.source, v, f, unreferenced, _TRIANGLES
         )
         # topology first (it does not depend on unreferenced vertices), so a non-manifold mesh
@@ -384,7 +115,7 @@ class TriMesh(_VertexMesh):
         else:
             order = np.argsort(key, kind="stable")
             sorted_key = key[order]
-        starts, counts, halfedge_edge = _sorted_groups(sorted_key, order)
+        starts, counts, halfedge_edge = sorted_groups(sorted_key, order)
 
         edge_key = sorted_key[starts]
         edges = np.empty((starts.size, 2), dtype=np.int64)
@@ -397,12 +128,12 @@ class TriMesh(_VertexMesh):
         if over.size or same.size:
             parts = []
             if over.size:
-                shown = ", ".join(f"({edges[e, 0]}, {edges[e, 1]}) in {counts[e]} faces" for e in over[:_SHOW])
-                more = ", ..." if over.size > _SHOW else ""
+                shown = ", ".join(f"({edges[e, 0]}, {edges[e, 1]}) in {counts[e]} faces" for e in over[:SHOW])
+                more = ", ..." if over.size > SHOW else ""
                 parts.append(f"{over.size} edges are shared by more than 2 faces [{shown}{more}]")
             if same.size:
-                shown = ", ".join(f"({edges[e, 0]}, {edges[e, 1]})" for e in same[:_SHOW])
-                more = ", ..." if same.size > _SHOW else ""
+                shown = ", ".join(f"({edges[e, 0]}, {edges[e, 1]})" for e in same[:SHOW])
+                more = ", ..." if same.size > SHOW else ""
                 parts.append(
                     f"{same.size} edges are used twice with the same orientation, i.e. neighbouring faces "
                     f"are inconsistently oriented [{shown}{more}]"
@@ -413,12 +144,12 @@ class TriMesh(_VertexMesh):
                 "the two); repair the mesh first (e.g. split non-manifold edges, reorient faces)"
             )
 
-        self._edges = _readonly(edges.astype(np.int32))
-        self._face_edges = _readonly(halfedge_edge.reshape(m, 3).astype(np.int32))
-        self._edge_face_counts = _readonly(counts.astype(np.int32))
-        self._boundary_edges = _readonly(np.flatnonzero(counts == 1).astype(np.int32))
+        self._edges = readonly(edges.astype(np.int32))
+        self._face_edges = readonly(halfedge_edge.reshape(m, 3).astype(np.int32))
+        self._edge_face_counts = readonly(counts.astype(np.int32))
+        self._boundary_edges = readonly(np.flatnonzero(counts == 1).astype(np.int32))
         interior = np.flatnonzero(counts == 2)
-        self._interior_edges = _readonly(interior.astype(np.int32))
+        self._interior_edges = readonly(interior.astype(np.int32))
 
         # the two half-edges of each interior edge, sorted: order[starts[e]], order[starts[e] + 1]
         h_a = order[starts[interior]]
@@ -442,8 +173,8 @@ class TriMesh(_VertexMesh):
         diamonds[:, 1] = np.take(corners, h1)  # h1 starts at edges[e, 1]
         diamonds[:, 2] = np.take(corners, 3 * f0 + (h0 % 3 + 2) % 3)  # opposite corner in f0
         diamonds[:, 3] = np.take(corners, 3 * f1 + (h1 % 3 + 2) % 3)  # opposite corner in f1
-        self._edge_faces = _readonly(edge_faces)
-        self._edge_diamonds = _readonly(diamonds)
+        self._edge_faces = readonly(edge_faces)
+        self._edge_diamonds = readonly(diamonds)
 
     # ------------------------------------------------------------------ constructors
 
@@ -466,11 +197,11 @@ class TriMesh(_VertexMesh):
         Raises:
             MeshError: missing file, unsupported extension, unreadable file, or an invalid mesh.
         """
-        p, ext = _check_mesh_file(path, _SUPPORTED_EXTENSIONS, _TRIANGLES)
+        p, ext = check_mesh_file(path, _SUPPORTED_EXTENSIONS, _TRIANGLES)
         if ext == ".obj":
-            vertices, faces = _read_obj(p)
+            vertices, faces = read_obj(p)
         else:
-            vertices, faces = _read_with_trimesh(p, ext)
+            vertices, faces = read_with_trimesh(p, ext)
         return cls(vertices, faces, unreferenced=unreferenced, source=str(p))
 
     @classmethod
@@ -536,7 +267,7 @@ class TriMesh(_VertexMesh):
         f = new_index[self._faces]
         f = f[np.argsort(f.min(axis=1), kind="stable")]
         mesh = TriMesh(self._vertices[order], f, source=self.source)
-        mesh.vertex_map = _readonly(self.vertex_map[order].astype(np.int32))
+        mesh.vertex_map = readonly(self.vertex_map[order].astype(np.int32))
         return mesh
 
     # ------------------------------------------------------------------ output
@@ -556,20 +287,20 @@ class TriMesh(_VertexMesh):
             MeshError: unsupported extension, or uv with a wrong shape or a non-OBJ format.
             FileNotFoundError: the destination folder does not exist.
         """
-        p, ext = _check_save_path(path, _SUPPORTED_EXTENSIONS)
+        p, ext = check_save_path(path, _SUPPORTED_EXTENSIONS)
         if uv is not None:
             uv = np.asarray(uv, dtype=np.float64)
             if uv.shape != (self.vertex_count, 2):
                 raise MeshError(f"{p}: cannot save: uv has shape {uv.shape}; expected ({self.vertex_count}, 2)")
             if ext != ".obj":
                 raise MeshError(f"{p}: cannot save: uv is only written to .obj files, got {ext}")
-        _check_folder(p)
+        check_folder(p)
 
         def write(tmp):
             with open(tmp, "wb") as out:
-                _WRITERS[ext](out, self._vertices, self._faces, uv)
+                TRIANGLE_WRITERS[ext](out, self._vertices, self._faces, uv)
 
-        _atomic_write(p, write)
+        atomic_write(p, write)
 
     # ------------------------------------------------------------------ counts and arrays
 
@@ -637,7 +368,7 @@ class TriMesh(_VertexMesh):
     @functools.cached_property
     def boundary_vertices(self) -> np.ndarray:
         """Vertices on the boundary, int32, shape (number of boundary vertices,), sorted."""
-        return _readonly(np.unique(self._edges[self._boundary_edges]).astype(np.int32))
+        return readonly(np.unique(self._edges[self._boundary_edges]).astype(np.int32))
 
     @functools.cached_property
     def boundary_loops(self) -> list[np.ndarray]:
@@ -682,7 +413,7 @@ class TriMesh(_VertexMesh):
             seen[cycle] = True
             loop = start_vertex[cycle]
             loop = np.roll(loop, -int(np.argmin(loop)))
-            loops.append(_readonly(loop.astype(np.int32)))
+            loops.append(readonly(loop.astype(np.int32)))
         loops.sort(key=lambda lp: (-lp.size, int(lp[0])))
         return loops
 
@@ -805,7 +536,7 @@ class TriMesh(_VertexMesh):
             twice_area = dm[:, 0, 0] * dm[:, 1, 1]
             bad = np.flatnonzero(degenerate)
             raise MeshError(
-                f"{self.source}: faces {_first(bad)} have zero area (face {bad[0]} = "
+                f"{self.source}: faces {first_items(bad)} have zero area (face {bad[0]} = "
                 f"{self._faces[bad[0]].tolist()}, area {0.5 * twice_area[bad[0]]:.3g}); expected "
                 f"non-degenerate triangles to invert their rest frames"
             )
@@ -832,123 +563,3 @@ def _norm(v: np.ndarray) -> np.ndarray:
 def _normalized(v: np.ndarray) -> np.ndarray:
     norm = _norm(v)[:, None]
     return np.divide(v, norm, out=np.zeros_like(v), where=norm > 0)
-
-
-# ---------------------------------------------------------------------- file formats
-
-_V_LINE = re.compile(r"^[ \t]*v[ \t]+(.*)$", re.M)
-_F_LINE = re.compile(r"^[ \t]*f[ \t]+(.*)$", re.M)
-_VF_KIND = re.compile(r"^[ \t]*([vf])[ \t]", re.M)
-
-
-def _read_obj(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
-    """Parses ``v`` and ``f`` lines of an OBJ file; returns float64 (n, 3) and int64 (m, 3), 0-based."""
-    text = path.read_bytes().decode("utf-8", errors="replace")
-    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\\\n", " ")
-    if "#" in text:
-        text = re.sub(r"#[^\n]*", "", text)
-
-    v_rows = _V_LINE.findall(text)
-    if v_rows:
-        counts = np.fromiter((len(s.split()) for s in v_rows), dtype=np.int64, count=len(v_rows))
-        if counts.min() < 3:
-            k = int(np.argmax(counts < 3))
-            raise MeshError(f"{path}: vertex {k} ('v {v_rows[k].strip()}') has {counts[k]} coordinates; expected 3")
-        try:
-            if counts.min() == counts.max():
-                vertices = np.array(" ".join(v_rows).split(), dtype=np.float64).reshape(-1, counts[0])[:, :3]
-            else:
-                vertices = np.array([s.split()[:3] for s in v_rows], dtype=np.float64)
-        except ValueError:
-            for k, s in enumerate(v_rows):
-                try:
-                    [float(t) for t in s.split()]
-                except ValueError:
-                    raise MeshError(f"{path}: vertex {k} ('v {s.strip()}') is not a list of numbers") from None
-            raise
-    else:
-        vertices = np.zeros((0, 3))
-
-    f_rows = _F_LINE.findall(text)
-    if not f_rows:
-        return vertices, np.zeros((0, 3), dtype=np.int64)
-    sizes = np.fromiter((len(s.split()) for s in f_rows), dtype=np.int64, count=len(f_rows))
-    if sizes.min() < 3:
-        k = int(np.argmax(sizes < 3))
-        raise MeshError(f"{path}: face line {k} ('f {f_rows[k].strip()}') has {sizes[k]} vertices; expected >= 3")
-    joined = "\n".join(f_rows)
-    if "/" in joined:
-        joined = re.sub(r"/\S*", "", joined)
-    try:
-        corners = np.array(joined.split(), dtype=np.int64)
-    except ValueError:
-        bad = next(t for t in joined.split() if not re.fullmatch(r"[+-]?\d+", t))
-        raise MeshError(f"{path}: face vertex index {bad!r} is not an integer") from None
-    if (corners == 0).any():
-        k = int(np.searchsorted(np.cumsum(sizes), int(np.argmax(corners == 0)), side="right"))
-        raise MeshError(f"{path}: face line {k} ('f {f_rows[k].strip()}') uses index 0; OBJ indices start at 1")
-    if (corners < 0).any():
-        # relative index: -1 is the last vertex defined before this face line
-        kinds = _VF_KIND.findall(text)
-        is_v = np.array([k == "v" for k in kinds])
-        defined_before = np.cumsum(is_v)[~is_v]
-        corners = np.where(corners < 0, np.repeat(defined_before, sizes) + corners, corners - 1)
-    else:
-        corners = corners - 1
-
-    if (sizes == 3).all():
-        return vertices, corners.reshape(-1, 3)
-    # fan-triangulate polygons: (c0, c_i, c_{i+1}) for i = 1 .. size-2
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    tri_per_face = sizes - 2
-    base = np.repeat(offsets, tri_per_face)
-    i = np.arange(tri_per_face.sum()) - np.repeat(np.cumsum(tri_per_face) - tri_per_face, tri_per_face) + 1
-    faces = np.stack([corners[base], corners[base + i], corners[base + i + 1]], axis=1)
-    return vertices, faces
-
-
-def _read_with_trimesh(path: pathlib.Path, ext: str) -> tuple[np.ndarray, np.ndarray]:
-    import trimesh  # noqa: PLC0415 (heavy, only needed here)
-
-    try:
-        loaded = trimesh.load(str(path), file_type=ext[1:], process=False, maintain_order=True, force="mesh")
-    except Exception as exc:
-        raise MeshError(f"{path}: could not be read as {ext[1:].upper()} ({type(exc).__name__}: {exc})") from exc
-    faces = getattr(loaded, "faces", None)
-    if faces is None:
-        raise MeshError(f"{path}: contains no triangle faces (read a {type(loaded).__name__}); expected a mesh")
-    return np.asarray(loaded.vertices), np.asarray(faces)
-
-
-def _write_obj(out, vertices: np.ndarray, faces: np.ndarray, uv) -> None:
-    out.write(b"# written by warp_meshad\n")
-    np.savetxt(out, vertices, fmt="v %.17g %.17g %.17g")
-    one_based = faces.astype(np.int64) + 1
-    if uv is None:
-        np.savetxt(out, one_based, fmt="f %d %d %d")
-    else:
-        np.savetxt(out, uv, fmt="vt %.17g %.17g")
-        np.savetxt(out, np.repeat(one_based, 2, axis=1), fmt="f %d/%d %d/%d %d/%d")
-
-
-def _write_off(out, vertices: np.ndarray, faces: np.ndarray, uv) -> None:
-    out.write(f"OFF\n{vertices.shape[0]} {faces.shape[0]} 0\n".encode())
-    np.savetxt(out, vertices, fmt="%.17g %.17g %.17g")
-    np.savetxt(out, faces, fmt="3 %d %d %d")
-
-
-def _write_ply(out, vertices: np.ndarray, faces: np.ndarray, uv) -> None:
-    header = (
-        "ply\nformat binary_little_endian 1.0\ncomment written by warp_meshad\n"
-        f"element vertex {vertices.shape[0]}\nproperty double x\nproperty double y\nproperty double z\n"
-        f"element face {faces.shape[0]}\nproperty list uchar int vertex_indices\nend_header\n"
-    )
-    out.write(header.encode("ascii"))
-    out.write(np.ascontiguousarray(vertices, dtype="<f8").tobytes())
-    packed = np.empty(faces.shape[0], dtype=[("count", "u1"), ("index", "<i4", (3,))])
-    packed["count"] = 3
-    packed["index"] = faces
-    out.write(packed.tobytes())
-
-
-_WRITERS = {".obj": _write_obj, ".off": _write_off, ".ply": _write_ply}

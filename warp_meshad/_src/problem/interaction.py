@@ -37,6 +37,8 @@ import numpy as np
 import warp as wp
 import warp.sparse as wps
 
+from warp_meshad._src.codegen.warp_compat import set_matrix_pattern_version
+
 __all__ = ["InteractionElements", "InteractionPattern", "check_interaction", "set_interaction_elements"]
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -460,7 +462,7 @@ class InteractionPattern:
             wp.launch(_remap_slots, dim=t.base_slots.shape, inputs=[t.base_slots, self.remap, t.slots], device=dev)
         A.notify_nnz_changed(nnz=upper)  # exact once read back (see settle)
         self.rebuilds += 1
-        wps.BsrMatrix.__setattr__(A, "pattern_version", self.rebuilds)  # linear solvers re-analyse on change
+        set_matrix_pattern_version(A, self.rebuilds)  # linear solvers re-analyse on change
         self._nnz_target = None
         if not _capturing(dev):
             wp.copy(self._nnz_host, A.offsets, src_offset=n, count=1)

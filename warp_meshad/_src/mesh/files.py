@@ -1,0 +1,162 @@
+"""Mesh files: reading OBJ (parsed here) and OFF/PLY (through trimesh), writing OBJ/OFF/PLY with exact coordinates,
+and the atomic write (temporary file + ``os.replace``) with an ordinary new file's permissions that every saved output
+of the toolkit goes through.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import tempfile
+
+import numpy as np
+
+from warp_meshad._src.mesh.checks import MeshError
+
+__all__ = ["TRIANGLE_WRITERS", "atomic_write", "new_file_mode", "read_obj", "read_with_trimesh"]
+
+
+def new_file_mode() -> int:
+    """The permissions ``open(path, "w")`` gives a new file: ``0o666`` less the process umask."""
+    mask = os.umask(0o022)  # reading the umask means setting it: put it back at once
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def atomic_write(path: pathlib.Path, write, suffix: str = ".tmp") -> None:
+    """``write(tmp_path)`` then ``os.replace`` onto ``path``; the temporary file is removed on failure.
+
+    The temporary file lies in ``path``'s folder and ends with ``suffix`` (writers that pick the format by the
+    extension need it); the file gets the permissions of an ordinary new file (``mkstemp`` alone would leave it
+    ``0600``).
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, new_file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+_V_LINE = re.compile(r"^[ \t]*v[ \t]+(.*)$", re.M)
+_F_LINE = re.compile(r"^[ \t]*f[ \t]+(.*)$", re.M)
+_VF_KIND = re.compile(r"^[ \t]*([vf])[ \t]", re.M)
+
+
+def read_obj(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
+    """Parses ``v`` and ``f`` lines of an OBJ file; returns float64 (n, 3) and int64 (m, 3), 0-based."""
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\\\n", " ")
+    if "#" in text:
+        text = re.sub(r"#[^\n]*", "", text)
+
+    v_rows = _V_LINE.findall(text)
+    if v_rows:
+        counts = np.fromiter((len(s.split()) for s in v_rows), dtype=np.int64, count=len(v_rows))
+        if counts.min() < 3:
+            k = int(np.argmax(counts < 3))
+            raise MeshError(f"{path}: vertex {k} ('v {v_rows[k].strip()}') has {counts[k]} coordinates; expected 3")
+        try:
+            if counts.min() == counts.max():
+                vertices = np.array(" ".join(v_rows).split(), dtype=np.float64).reshape(-1, counts[0])[:, :3]
+            else:
+                vertices = np.array([s.split()[:3] for s in v_rows], dtype=np.float64)
+        except ValueError:
+            for k, s in enumerate(v_rows):
+                try:
+                    [float(t) for t in s.split()]
+                except ValueError:
+                    raise MeshError(f"{path}: vertex {k} ('v {s.strip()}') is not a list of numbers") from None
+            raise
+    else:
+        vertices = np.zeros((0, 3))
+
+    f_rows = _F_LINE.findall(text)
+    if not f_rows:
+        return vertices, np.zeros((0, 3), dtype=np.int64)
+    sizes = np.fromiter((len(s.split()) for s in f_rows), dtype=np.int64, count=len(f_rows))
+    if sizes.min() < 3:
+        k = int(np.argmax(sizes < 3))
+        raise MeshError(f"{path}: face line {k} ('f {f_rows[k].strip()}') has {sizes[k]} vertices; expected >= 3")
+    joined = "\n".join(f_rows)
+    if "/" in joined:
+        joined = re.sub(r"/\S*", "", joined)
+    try:
+        corners = np.array(joined.split(), dtype=np.int64)
+    except ValueError:
+        bad = next(t for t in joined.split() if not re.fullmatch(r"[+-]?\d+", t))
+        raise MeshError(f"{path}: face vertex index {bad!r} is not an integer") from None
+    if (corners == 0).any():
+        k = int(np.searchsorted(np.cumsum(sizes), int(np.argmax(corners == 0)), side="right"))
+        raise MeshError(f"{path}: face line {k} ('f {f_rows[k].strip()}') uses index 0; OBJ indices start at 1")
+    if (corners < 0).any():
+        # relative index: -1 is the last vertex defined before this face line
+        kinds = _VF_KIND.findall(text)
+        is_v = np.array([k == "v" for k in kinds])
+        defined_before = np.cumsum(is_v)[~is_v]
+        corners = np.where(corners < 0, np.repeat(defined_before, sizes) + corners, corners - 1)
+    else:
+        corners = corners - 1
+
+    if (sizes == 3).all():
+        return vertices, corners.reshape(-1, 3)
+    # fan-triangulate polygons: (c0, c_i, c_{i+1}) for i = 1 .. size-2
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    tri_per_face = sizes - 2
+    base = np.repeat(offsets, tri_per_face)
+    i = np.arange(tri_per_face.sum()) - np.repeat(np.cumsum(tri_per_face) - tri_per_face, tri_per_face) + 1
+    faces = np.stack([corners[base], corners[base + i], corners[base + i + 1]], axis=1)
+    return vertices, faces
+
+
+def read_with_trimesh(path: pathlib.Path, ext: str) -> tuple[np.ndarray, np.ndarray]:
+    """Reads an OFF or PLY file with trimesh (vertices kept in order); returns (n, 3) vertices and (m, 3) faces."""
+    import trimesh  # noqa: PLC0415 (heavy, only needed here)
+
+    try:
+        loaded = trimesh.load(str(path), file_type=ext[1:], process=False, maintain_order=True, force="mesh")
+    except Exception as exc:
+        raise MeshError(f"{path}: could not be read as {ext[1:].upper()} ({type(exc).__name__}: {exc})") from exc
+    faces = getattr(loaded, "faces", None)
+    if faces is None:
+        raise MeshError(f"{path}: contains no triangle faces (read a {type(loaded).__name__}); expected a mesh")
+    return np.asarray(loaded.vertices), np.asarray(faces)
+
+
+def _write_obj(out, vertices: np.ndarray, faces: np.ndarray, uv) -> None:
+    out.write(b"# written by warp_meshad\n")
+    np.savetxt(out, vertices, fmt="v %.17g %.17g %.17g")
+    one_based = faces.astype(np.int64) + 1
+    if uv is None:
+        np.savetxt(out, one_based, fmt="f %d %d %d")
+    else:
+        np.savetxt(out, uv, fmt="vt %.17g %.17g")
+        np.savetxt(out, np.repeat(one_based, 2, axis=1), fmt="f %d/%d %d/%d %d/%d")
+
+
+def _write_off(out, vertices: np.ndarray, faces: np.ndarray, uv) -> None:
+    out.write(f"OFF\n{vertices.shape[0]} {faces.shape[0]} 0\n".encode())
+    np.savetxt(out, vertices, fmt="%.17g %.17g %.17g")
+    np.savetxt(out, faces, fmt="3 %d %d %d")
+
+
+def _write_ply(out, vertices: np.ndarray, faces: np.ndarray, uv) -> None:
+    header = (
+        "ply\nformat binary_little_endian 1.0\ncomment written by warp_meshad\n"
+        f"element vertex {vertices.shape[0]}\nproperty double x\nproperty double y\nproperty double z\n"
+        f"element face {faces.shape[0]}\nproperty list uchar int vertex_indices\nend_header\n"
+    )
+    out.write(header.encode("ascii"))
+    out.write(np.ascontiguousarray(vertices, dtype="<f8").tobytes())
+    packed = np.empty(faces.shape[0], dtype=[("count", "u1"), ("index", "<i4", (3,))])
+    packed["count"] = 3
+    packed["index"] = faces
+    out.write(packed.tobytes())
+
+
+# the triangle-mesh writers, by lower-case extension: writer(binary file, vertices (n, 3), faces (m, 3), uv or None)
+TRIANGLE_WRITERS = {".obj": _write_obj, ".off": _write_off, ".ply": _write_ply}
