@@ -90,3 +90,25 @@ def test_debug_variable_keeps_warps_error(monkeypatch):
         _add(_undefined_name)
     assert info.value.__cause__ is not None
     assert "Referencing undefined symbol: stiffnes" in str(info.value.__cause__)
+
+
+@wp.func
+def _cast_of_a_dual(e: int, xa: Any, xb: Any):
+    l = ad.length(xa - xb)
+    m = wp.float64(l)
+    return m * m
+
+
+def test_error_at_a_kernels_first_launch_names_the_users_line():
+    # plain values pass add_term's probe; the gradient kernel's duals do not convert to float64
+    p = wm.Problem(3, 3, wp.float64, device="cpu")
+    p.add_term(elements=np.array([[0, 1], [1, 2]]), energy=_cast_of_a_dual)
+    x = wp.zeros(3, dtype=wp.vec3d, device="cpu")
+    with pytest.raises(EnergyError) as info:
+        p.eval_with_gradient(x)
+    msg = str(info.value)
+    line = _line_of(_cast_of_a_dual, "wp.float64(l)")
+    assert msg.startswith("term '_cast_of_a_dual': the energy does not compile for the gradient kernel")
+    assert f"{__file__}:{line}, in _cast_of_a_dual: no overload of 'float64' takes arguments of types " \
+           "(float64 (dual))" in msg, msg
+    assert "_wm_" not in msg and "_generated" not in msg and len(msg.splitlines()) <= 10

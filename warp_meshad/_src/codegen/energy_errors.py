@@ -47,7 +47,7 @@ _OPERATORS = {
     "add": "+", "sub": "-", "mul": "*", "div": "/", "_wm_neg": "unary -", "_wm_lt": "<", "_wm_le": "<=",
     "_wm_gt": ">", "_wm_ge": ">=", "_wm_index": "[]", "_wm_index2": "[, ]",
 }  # fmt: skip
-_DUAL_TYPE = re.compile(r"\b(Dual|DVec(\d)_|DMat(\d\d)_)\d+([fd])[GH]\b")
+_DUAL_TYPE = re.compile(r"\b(?:\w+\.)*(Dual|DVec(\d)_|DMat(\d\d)_)\d+([fd])[GH]\b")  # with its module's path
 _UNDEFINED = re.compile(r"Referencing undefined symbol: (\w+)")
 _OVERLOAD = re.compile(r"Couldn't find function overload for '(\w+)' that matched inputs with types: \[(.*?)\]")
 

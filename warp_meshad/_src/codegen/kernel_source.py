@@ -18,7 +18,7 @@ import re
 
 import warp as wp
 
-from warp_meshad._src.codegen.contract import UNROLLED_PROJECTION, KernelMode, capabilities, mode_of, packed_index
+from warp_meshad._src.codegen.contract import KernelMode, KernelVariant, mode_of, packed_index
 
 __all__ = ["KernelSpec", "kernel_source", "make_kernel"]
 
@@ -448,42 +448,25 @@ def _tiled_frame(deterministic: bool, d: int = 1) -> tuple[list[str], list[str],
     return extra, head, tail
 
 
-def make_kernel(
-    spec: KernelSpec,
-    mode: str,
-    energy_fn,
-    ns,
-    data_type,
-    label: str,
-    deterministic: bool = False,
-    unrolled: bool = False,
-    tile_cap: int = 0,
-    tile_row_cap: int = 0,
-    tile_store: str = "number",
-    tile_launch_bounds: tuple[int, int] | None = None,
-):
-    """Compile-ready ``wp.Kernel`` for one term and mode.
+def make_kernel(spec: KernelSpec, variant: KernelVariant, energy_fn, ns, data_type, label: str):
+    """Compile-ready ``wp.Kernel`` for one term and kernel variant.
 
     Args:
         spec: shape of the term.
-        mode: a key of :data:`~.contract.MODES`.
+        variant: the mode and variant (:class:`~.contract.KernelVariant`; ``tile_cap > 0`` gives the tiled
+            variant of :func:`kernel_source` with a shared tile of that many blocks, ``launch_bounds`` are given
+            to the CUDA compiler: ``__launch_bounds__``, registers capped to fit, possibly spilling).
         energy_fn: concrete Warp function instance of the user's energy for this mode.
         ns: generated namespace (dual module for derivative modes).
         data_type: the user's data struct type, or None.
         label: readable prefix for the kernel name (the energy's name).
-        tile_cap: > 0 gives the tiled variant (see :func:`kernel_source`) with a shared tile of
-            this many blocks.
-        tile_row_cap: rows of the gradient tile of the deterministic tiled variant (its patches'
-            most rows; default ``tile_cap``).
-        tile_store: how the tiled variant writes its tile out (see :func:`kernel_source`).
-        tile_launch_bounds: (threads per block, thread blocks per SM) of the tiled variant, given to
-            the CUDA compiler (``__launch_bounds__``: registers are capped to fit, possibly spilling).
     """
     s = spec.scalar
     d, k = spec.dim, spec.k
     var_t = s if d == 1 else wp.types.vector(length=d, dtype=s)
     block_t = s if d == 1 else wp.types.matrix(shape=(d, d), dtype=s)
     jblock_t = s if d == 1 else wp.types.matrix(shape=(1, d), dtype=s)
+    v = variant
     scope = {
         "wp": wp,
         "_S": s,
@@ -496,23 +479,23 @@ def make_kernel(
         "_D": ns,
         "_DataT": data_type,
         "_energy": energy_fn,
-        "_CAP": int(tile_cap),
-        "_RCAP": int(tile_row_cap or tile_cap),
+        "_CAP": v.tile_cap,
+        "_RCAP": v.tile_row_cap or v.tile_cap,
     }
-    m = mode_of(mode)
-    unrolled = unrolled and m.projected and UNROLLED_PROJECTION in capabilities(m.dual, k)
-    tiled = tile_cap > 0
-    tmp = kernel_source(spec, mode, "kernel", deterministic, unrolled, tiled, tile_store) + f"# cap {tile_cap}" + (f" rows {tile_row_cap}" if tile_row_cap else "")
+
+    def source(name):
+        return kernel_source(spec, v.mode, name, v.deterministic, v.unrolled, v.tiled, v.tile_store)
+
+    tmp = source("kernel") + f"# cap {v.tile_cap}" + (f" rows {v.tile_row_cap}" if v.tile_row_cap else "")
     digest = hashlib.sha1((tmp + energy_fn.key).encode()).hexdigest()[:10]
     label = re.sub(r"\W", "_", label)  # a user-given term name may hold any character
-    suffix = ("_det" if deterministic else "") + ("_unrolled" if unrolled else "") + ("_tiled" if tiled else "")
-    name = f"wm_{label}_{mode}{suffix}_{digest}"
-    src = kernel_source(spec, mode, name, deterministic, unrolled, tiled, tile_store)
+    name = f"wm_{label}_{v.mode}{v.suffix}_{digest}"
+    src = source(name)
     code = compile(src, f"<warp_meshad kernel {name}>", "exec", dont_inherit=True)
     exec(code, scope)
     pyfn = scope[name]
     module = energy_fn.module
     opts = {"enable_backward": False}
-    if tiled and tile_launch_bounds:
-        opts["launch_bounds"] = tuple(int(b) for b in tile_launch_bounds)
+    if v.launch_bounds:
+        opts["launch_bounds"] = v.launch_bounds
     return wp.Kernel(func=pyfn, key=name, module=module, options=opts, source=src)
