@@ -7,6 +7,8 @@ rely on:
 
 * :data:`MODES`: one :class:`KernelMode` per kernel mode (which dual module it runs the energy with, which terms
   have it, what it reads and writes, which variants it has);
+* :data:`ENERGY_NAMES`: the names a rewritten energy takes from its dual module (operators and the rewrite's
+  replacements of unary minus, comparisons and indexing);
 * :data:`DUAL_API`: the names of a dual module the kernel text calls (``_D.seed``, ``_D.sym_mv``, ...) and the fields
   it reads (``.v .g .h``), with the :func:`capabilities` a module of one (kind, k) has; :func:`missing_names`
   checks a generated module against them;
@@ -23,6 +25,7 @@ from warp_meshad.kernels._dualgen import UNROLLED_PROJECTION_MAX_K, packed_index
 __all__ = [
     "DUAL_API",
     "DUAL_FIELDS",
+    "ENERGY_NAMES",
     "KernelMode",
     "KernelVariant",
     "MODES",
@@ -151,6 +154,11 @@ DUAL_API: dict[str, DualName] = {
                  UNROLLED_PROJECTION),  # fmt: skip
     )
 }
+# names the rewritten energy takes from its namespace (plain or dual module), bound in its globals under the same
+# names: the operators Warp looks up for ``+ - * /``, and what the rewrite turns unary minus, comparisons and
+# indexing into (see energy_rewrite)
+ENERGY_NAMES = ("add", "sub", "mul", "div", "_wm_neg", "_wm_lt", "_wm_le", "_wm_gt", "_wm_ge", "_wm_index",
+                "_wm_index2")  # fmt: skip
 # fields of the dual scalar (``Dual``) the kernel text reads
 DUAL_FIELDS: dict[str, tuple[str, ...]] = {"plain": (), "grad": ("v", "g"), "hess": ("v", "g", "h")}
 
@@ -172,7 +180,7 @@ def capabilities(kind: str, k: int) -> frozenset[str]:
 
 
 def missing_names(ns, kind: str, k: int) -> list[str]:
-    """The names of :data:`DUAL_API` (and the dual scalar's fields) a generated module lacks.
+    """The names of :data:`ENERGY_NAMES`, :data:`DUAL_API` and the dual scalar's fields a generated module lacks.
 
     Args:
         ns: a module returned by ``_dualgen.load(k, dtype, kind)``.
@@ -183,7 +191,8 @@ def missing_names(ns, kind: str, k: int) -> list[str]:
         ``"name"`` or ``"Dual.field"`` for each missing one (empty: the module keeps the contract).
     """
     caps = capabilities(kind, k)
-    missing = [
+    missing = [name for name in ENERGY_NAMES if not hasattr(ns, name)]
+    missing += [
         d.name for d in DUAL_API.values()
         if kind in d.kinds and (d.capability is None or d.capability in caps) and not hasattr(ns, d.name)
     ]  # fmt: skip

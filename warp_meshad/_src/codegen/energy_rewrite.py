@@ -31,6 +31,7 @@ import types
 
 import warp as wp
 
+from warp_meshad._src.codegen.contract import ENERGY_NAMES
 from warp_meshad._src.codegen.energy_errors import remember
 from warp_meshad._src.codegen.warp_compat import register_function
 
@@ -47,7 +48,6 @@ _WP_TO_AD = {
     )
 }
 _WP_TO_AD["determinant"] = "det"
-_INJECT = ("add", "sub", "mul", "div", "_wm_neg", "_wm_lt", "_wm_le", "_wm_gt", "_wm_ge", "_wm_index", "_wm_index2")
 _cache: dict = {}
 
 
@@ -225,7 +225,7 @@ def _namespace_globals(scope: dict, ns, scalar) -> dict:
     out["_wm_S"] = getattr(ns, "S", None) or scalar
     out["_wm_ret"] = getattr(ns, "const", None) or ns.value
     out["_wm_ad"] = ns
-    for name in _INJECT:
+    for name in ENERGY_NAMES:
         out[name] = getattr(ns, name)
     plain = public_ad._plain
     for name, val in scope.items():
