@@ -1,0 +1,110 @@
+"""The layout's promises: apps and examples use only public modules, benchmarks only a listed set of private names,
+importing warp_meshad stays light, and no module import cycle exists (every module imports first in a fresh process,
+in sorted and in reversed order)."""
+
+import ast
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# the private names benchmarks may import: tuning knobs and internals they measure (module -> names)
+BENCHMARK_PRIVATE = {
+    "warp_meshad._src.codegen": {"kernel_cache"},  # aot_cuda: the unrolled-projection choice as on CUDA
+    "warp_meshad._src.codegen.kernel_cache": {"TileVariant", "term_kernel"},  # kernel_resources: registers per kernel
+    "warp_meshad._src.codegen.warp_compat": {"install_module_hooks"},  # aot_cuda: compiles each module for sm_XX
+    "warp_meshad._src.problem": {"tiled"},  # tile_sweep, kernel_resources: the tile plan's sizes
+    "warp_meshad._src.problem.tiled": {"TileConfig"},  # tile_sweep: the tile knobs swept
+    "warp_meshad._src.problem.problem": {"unrolled_default"},  # aot_cuda: the unrolled-projection default
+    "warp_meshad._src.problem.reduce": {"ordered_total", "partial_count"},  # the deterministic reduction
+    # newton_step: a Newton step written out of the driver's parts, timed part by part
+    "warp_meshad._src.solve.constraints": {"apply_dirichlet", "fixed_mask_from_indices"},
+    "warp_meshad._src.solve.line_search": {"armijo"},
+    "warp_meshad._src.solve.solvers": {"_dot", "_scale_into"},
+    "warp_meshad._src.solve.vector_ops": {"axpy_into", "dot", "norm", "scale_into"},
+}
+HEAVY = ("polyscope", "yaml", "cupy", "torch", "nvmath", "pydantic", "tqdm", "matplotlib")
+
+
+def _private_imports(path: pathlib.Path) -> list[tuple[str, str]]:
+    """``(module, name)`` of every import of a ``_src`` module in ``path`` (name ``""`` for ``import module``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and "_src" in node.module.split("."):
+            out += [(node.module, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and any(a.name == "_src" for a in node.names):
+            out.append((f"{node.module}._src", ""))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, "") for a in node.names if "_src" in a.name.split(".")]
+    return out
+
+
+def test_private_import_finder_sees_every_form(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("import warp_meshad._src.app.base\nfrom warp_meshad import _src\nfrom warp_meshad._src.app import x\n"
+                 "def f():\n    from warp_meshad._src.solve.linear import y\nfrom warp_meshad.app import App\n")
+    assert _private_imports(p) == [("warp_meshad._src.app.base", ""), ("warp_meshad._src", ""),
+                                   ("warp_meshad._src.app", "x"), ("warp_meshad._src.solve.linear", "y")]
+
+
+@pytest.mark.parametrize("folder", ["apps", "examples"])
+def test_apps_and_examples_import_only_public_modules(folder):
+    found = {str(p.relative_to(ROOT)): _private_imports(p) for p in sorted((ROOT / folder).glob("*.py"))}
+    assert found, f"no Python files in {folder}/"
+    assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_benchmarks_import_only_listed_private_names():
+    bad = []
+    for p in sorted((ROOT / "benchmarks").glob("*.py")):
+        for module, name in _private_imports(p):
+            if name not in BENCHMARK_PRIVATE.get(module, ()):
+                bad.append(f"{p.relative_to(ROOT)}: {module} {name}".rstrip())
+    assert bad == [], "private names outside BENCHMARK_PRIVATE (use a public one, or list it with its reason)"
+
+
+def _run(code: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT.parent, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_importing_warp_meshad_is_light():
+    loaded = json.loads(_run(f"import json, sys, warp_meshad; print(json.dumps([m for m in {HEAVY!r} "
+                                                               "if m in sys.modules]))"))
+    assert loaded == []
+
+
+def _modules() -> list[str]:
+    """Every module of the package, from the source tree as pyproject maps it (``kernels/`` is
+    ``warp_meshad.kernels``, ``apps/`` ``warp_meshad.apps``, ``configs/`` ``warp_meshad.configs``)."""
+    out = []
+    for folder, package in (("warp_meshad", "warp_meshad"), ("kernels", "warp_meshad.kernels"),
+                            ("apps", "warp_meshad.apps"), ("configs", "warp_meshad.configs")):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            if parts != ("__main__",) and (path.parent / "__init__.py").is_file():
+                out.append(".".join((package,) + parts))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("order", ["sorted", "reversed"])
+def test_no_import_cycle(order):
+    """Every module imported in one fresh process, in sorted and in reversed order: a cycle fails as a partially
+    initialized module when the import starts on its other side."""
+    modules = _modules()
+    assert {"warp_meshad.app", "warp_meshad.apps.cloth", "warp_meshad.kernels.ad", "warp_meshad.configs",
+            "warp_meshad._src.app.runner"} <= set(modules)
+    if order == "reversed":
+        modules = modules[::-1]
+    script = f"import importlib\nfor name in {modules!r}:\n    importlib.import_module(name)\nprint('ok')\n"
+    assert _run(script).strip() == "ok"
