@@ -63,7 +63,7 @@ def run_case(case, n, device, runs, records, check_only=False):
     dev = str(wp.get_device(device))
     nv = keep[0][0].variable_count
     for (method, _), (problem, x) in zip(METHODS, keep):
-        tiled = problem._tiles is not None and problem._tiles[1] is not None
+        tiled = problem.tile_plan is not None
         times = time_warp(lambda p=problem, xx=x: p.assemble_hessian(xx, projection=projection), device, runs)
         r = record(NAME, f"{case}_{method}", nv, "float32", times, dev, case=case, assembly="tiled" if tiled else "atomic",
                    check_rel_error=max(err))  # fmt: skip

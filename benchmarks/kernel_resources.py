@@ -27,6 +27,7 @@ from benchmarks.common import out_dir
 
 def _kernels():
     import warp_meshad as wm
+    from warp_meshad._src.codegen.kernel_cache import TileVariant, term_kernel
     from warp_meshad._src.problem import tiled as tiled
     from warp_meshad.kernels.energies import MassSpringData, mass_spring
 
@@ -38,21 +39,28 @@ def _kernels():
         p = wm.Problem(mesh.vertex_count, 3, dtype=wp.float32, device="cpu", deterministic=det, assembly="tiled")
         p.add_term(mesh.edges, mass_spring, data)
         t = p.terms[0]
-        cap = tiled.tile_capacity(p.block_type)
+        cfg = p.tile_config
+        facts = p.kernel_facts
+
+        def tile(cap, row_cap=0, rounds=False, projected=False):  # the tiled variant under the problem's knobs
+            mb = tiled.min_blocks(t.spec.k, p.dtype, projected=projected, config=cfg)
+            return TileVariant(cap, row_cap, rounds, cfg.store, (cfg.block_dim, mb) if mb else None)
+
+        cap = tiled.tile_capacity(p.block_type, cfg)
         if det:
-            p._ensure_pattern()
-            plan = p._tile_plan("hessian")  # the deterministic plan's block and row capacities
-            out["hessian, deterministic tiled"] = p._kernel(t, "hessian", plan.cap, plan.row_cap, rounds=True)
+            plan = p.tile_plan  # the deterministic plan's block and row capacities
+            out["hessian, deterministic tiled"] = term_kernel(t, "hessian", facts, tile(plan.cap, plan.row_cap, True))
         else:
-            out["hessian, atomic"] = p._kernel(t, "hessian")
-            out["hessian, tiled"] = p._kernel(t, "hessian", cap)
-            out["hessian_proj, atomic"] = p._kernel(t, "hessian_proj")
-            out["hessian_proj, tiled"] = p._kernel(t, "hessian_proj", cap)
+            out["hessian, atomic"] = term_kernel(t, "hessian", facts)
+            out["hessian, tiled"] = term_kernel(t, "hessian", facts, tile(cap))
+            out["hessian_proj, atomic"] = term_kernel(t, "hessian_proj", facts)
+            out["hessian_proj, tiled"] = term_kernel(t, "hessian_proj", facts, tile(cap, projected=True))
     return out
 
 
 def _shell_kernels():
     """The element kernels of the shells scene (float64: membrane k = 9, bending k = 12, IPC barriers k = 12)."""
+    from warp_meshad._src.codegen.kernel_cache import term_kernel
     from warp_meshad.app import app_class, load_config
 
     config = load_config("shells/spot_drop", test=True, flags={"--device": {"device": "cpu"}})
@@ -62,11 +70,10 @@ def _shell_kernels():
     for unrolled in (True, False):  # True is what a GPU picks for k <= 12
         p.unrolled_projection = unrolled
         for t in p.terms:
-            t.kernels.clear()
             how = "unrolled" if unrolled and t.spec.k <= 12 else "loop"
-            out[f"shells {t.label} (k={t.spec.k}), hessian_proj, {how} Jacobi"] = p._kernel(t, "hessian_proj")
+            out[f"shells {t.label} (k={t.spec.k}), hessian_proj, {how} Jacobi"] = term_kernel(t, "hessian_proj", p.kernel_facts)
     for t in p.terms:
-        out[f"shells {t.label} (k={t.spec.k}), hessian"] = p._kernel(t, "hessian")
+        out[f"shells {t.label} (k={t.spec.k}), hessian"] = term_kernel(t, "hessian", p.kernel_facts)
     return out
 
 

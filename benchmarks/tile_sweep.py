@@ -36,25 +36,22 @@ def main(argv=None):
     wp.config.log_level = wp.LOG_WARNING
     wp.init()
     device = args.device or ("cuda:0" if wp.get_cuda_device_count() else "cpu")
-    from warp_meshad._src.problem import tiled as tiled
+    from warp_meshad._src.problem.tiled import TileConfig
 
-    defaults = (tiled.TILE_BLOCK_DIM, tiled._SHARED_BYTES, tiled.TILE_STORE, tiled.TILE_MIN_BLOCKS)
     records = []
     for morton in map(bool, args.morton):
         mesh, _, _, problem, _, x = build(args.n, device, assembly="atomic", morton=morton)
-        problem.assemble_hessian(x)
-        ref = problem._hess.values.numpy().copy()
+        ref = problem.assemble_hessian(x)[2].values.numpy().copy()
         problem.assembly = "tiled"
         for kb, bd, store, mb in itertools.product(args.shared_kb, args.block_dims, args.stores, args.min_blocks):
-            tiled.TILE_BLOCK_DIM, tiled._SHARED_BYTES, tiled.TILE_STORE, tiled.TILE_MIN_BLOCKS = bd, kb * 1024, store, mb
-            problem._tiles = None  # a new plan for these knobs (the kernels are looked up by them)
+            # a new plan and kernels for these knobs (the kernels are looked up by them)
+            problem.tile_config = TileConfig(block_dim=bd, shared_bytes=kb * 1024, store=store, min_blocks=mb)
             what = f"morton={int(morton)} shared={kb:3d} KB block_dim={bd:4d} store={store:6s} min_blocks={mb}"
             try:
-                problem.assemble_hessian(x)
-                err = rel(problem._hess.values.numpy(), ref)
+                err = rel(problem.assemble_hessian(x)[2].values.numpy(), ref)
                 if not err < 1e-5:
                     raise RuntimeError(f"Hessian differs from the atomic assembly's: relative error {err:.2e}")
-                plan = problem._tiles[1]
+                plan = problem.tile_plan
                 times = time_warp(lambda: problem.assemble_hessian(x), device, args.runs)
                 method = f"tiled_bd{bd}_{kb}kb_{store}" + (f"_min{mb}" if mb else "") + ("_morton" if morton else "")
                 r = record(NAME, method, mesh.vertex_count, "float32", times, str(wp.get_device(device)), block_dim=bd,
@@ -66,7 +63,6 @@ def main(argv=None):
             except Exception as exc:  # a configuration the device refuses: report and go on
                 print(f"{what}: failed: {exc}", flush=True)
             write(NAME, records)
-    tiled.TILE_BLOCK_DIM, tiled._SHARED_BYTES, tiled.TILE_STORE, tiled.TILE_MIN_BLOCKS = defaults
 
 
 if __name__ == "__main__":

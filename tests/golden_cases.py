@@ -128,11 +128,13 @@ def term_problems():
 
 def term_kernel_names() -> dict[str, str]:
     """Name of every term kernel (it carries the digests of the rewritten energy, its module and the kernel text)."""
+    from warp_meshad._src.codegen.kernel_cache import term_kernel
+
     out = {}
     for name, problem, t in term_problems():
         term = problem.terms[t]
         for mode in TERM_MODES:
-            out[f"{name}.{mode}"] = problem._kernel(term, mode).key
+            out[f"{name}.{mode}"] = term_kernel(term, mode, problem.kernel_facts).key
     return out
 
 

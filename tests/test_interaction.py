@@ -184,8 +184,8 @@ def test_many_changes_in_a_row_match_a_rebuild_from_scratch(device):
             np.testing.assert_array_equal(previous[0].offsets.numpy()[: n + 1], previous[1])
         previous = (H, H.offsets.numpy()[: n + 1].copy())
         # unchanged elements: no rebuild, the same matrix
-        rebuilds = p._pattern.rebuilds
-        assert p.eval_with_hessian(x)[2] is H and p._pattern.rebuilds == rebuilds
+        rebuilds = p._storage.pattern.rebuilds
+        assert p.eval_with_hessian(x)[2] is H and p._storage.pattern.rebuilds == rebuilds
     assert p.terms[k2].capacity >= 40 and p.terms[k3].capacity >= 30
 
 

@@ -8,7 +8,7 @@ import warp as wp
 
 import warp_meshad as wm
 from warp_meshad._src.problem.pattern import build_hessian_pattern
-from warp_meshad._src.problem.tiled import build_tile_plan, tile_capacity
+from warp_meshad._src.problem.tiled import TileConfig, build_tile_plan, tile_capacity
 from warp_meshad.kernels import ad
 
 
@@ -62,9 +62,9 @@ def test_tiled_assembly_equals_atomic_over_many_patches(device, projection):
     for p in (atomic, tiled):
         e, g, H = p.assemble_hessian(x, projection=projection)
         outs.append((e.numpy()[0], g.numpy().copy(), wm.to_scipy(H).toarray()))
-    plan = tiled._tiles[1]
+    plan = tiled.tile_plan
     assert plan is not None and plan.patch_count > 3  # rows spread over several tiles
-    assert atomic._tiles is None
+    assert atomic.tile_plan is None
     np.testing.assert_allclose(outs[1][0], outs[0][0], rtol=1e-12)
     np.testing.assert_allclose(outs[1][1], outs[0][1], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(outs[1][2], outs[0][2], rtol=1e-11, atol=1e-11)
@@ -76,9 +76,8 @@ def test_tiled_assembly_equals_atomic_over_many_patches(device, projection):
 def test_tile_plan_lists_each_element_once_per_patch_of_its_rows(device):
     mesh = wm.TriMesh.grid(30, 30)
     p = build(mesh, device, "tiled")
-    p._ensure_pattern()
-    plan = build_tile_plan(p._pattern.offsets, [t.elements_np for t in p.terms], p.block_type, device)
-    offsets = p._pattern.offsets
+    offsets = build_hessian_pattern(p.variable_count, [t.elements_np for t in p.terms]).offsets
+    plan = build_tile_plan(offsets, [t.elements_np for t in p.terms], p.block_type, device)
     bstart = plan.block_start.numpy()
     assert bstart[0] == 0 and bstart[-1] == offsets[-1]
     assert np.all(np.diff(bstart) <= tile_capacity(p.block_type)) and np.all(np.diff(bstart) > 0)
@@ -139,12 +138,12 @@ def test_bad_assembly_option_is_refused():
 def test_deterministic_tiled_rounds_never_add_twice_to_one_entry(device):
     mesh = wm.TriMesh.grid(20, 18)
     p = build(mesh, device, "tiled")
-    p._ensure_pattern()
-    plan = build_tile_plan(p._pattern.offsets, [t.elements_np for t in p.terms], p.block_type, device,
-                           rounds=True, var_type=p.variable_type, block_dim=32)
+    pattern = build_hessian_pattern(p.variable_count, [t.elements_np for t in p.terms])
+    plan = build_tile_plan(pattern.offsets, [t.elements_np for t in p.terms], p.block_type, device,
+                           rounds=True, var_type=p.variable_type, config=TileConfig(block_dim=32))
     assert plan.deterministic and plan.patch_count > 3
     bstart = plan.block_start.numpy()
-    for t, slots, entries, rstart, prs in zip(p.terms, p._pattern.slots, plan.entries, plan.round_start,
+    for t, slots, entries, rstart, prs in zip(p.terms, pattern.slots, plan.entries, plan.round_start,
                                               plan.patch_round_start):
         entries, rstart, prs = entries.numpy(), rstart.numpy(), prs.numpy()
         assert rstart[-1] == len(entries) and prs[-1] == len(rstart) - 1
@@ -159,7 +158,7 @@ def test_deterministic_tiled_rounds_never_add_twice_to_one_entry(device):
                 for col in range(s.shape[1]):  # one tile_scatter_add call per pair position
                     owned = s[:, col][(s[:, col] >= lo) & (s[:, col] < hi)]
                     assert len(np.unique(owned)) == len(owned)
-            rows = np.flatnonzero((p._pattern.offsets[:-1] >= lo) & (p._pattern.offsets[:-1] < hi))
+            rows = np.flatnonzero((pattern.offsets[:-1] >= lo) & (pattern.offsets[:-1] < hi))
             expected = np.flatnonzero(np.isin(t.elements_np, rows).any(axis=1))
             np.testing.assert_array_equal(np.sort(listed), expected)
 
@@ -181,7 +180,7 @@ def test_plan_built_on_the_device_lists_what_the_numpy_build_lists(device, stenc
     block, bd = wp.types.matrix((3, 3), wp.float32), 64
     for rounds in (False, True):
         plan = build_tile_plan(pattern.offsets, [wp.array(el, dtype=wp.int32, device=device)], block, device, rounds=rounds,
-                               var_type=wp.vec3f, block_dim=bd)  # fmt: skip
+                               var_type=wp.vec3f, config=TileConfig(block_dim=bd))  # fmt: skip
         bounds = plan.row_start.numpy().astype(np.int64)
         ref = tiled_reference.plan_terms(pattern.offsets.astype(np.int64), bounds, [el],
                                          pattern.slots if rounds else None, bd)  # fmt: skip
@@ -203,7 +202,8 @@ def test_plan_built_on_the_device_lists_what_the_numpy_build_lists(device, stenc
                 for col in range(s.shape[1]):
                     owned = s[:, col][(s[:, col] >= bstart[q]) & (s[:, col] < bstart[q + 1])]
                     assert len(np.unique(owned)) == len(owned)
-        again = build_tile_plan(pattern.offsets, [el], block, device, rounds=True, var_type=wp.vec3f, block_dim=bd)
+        again = build_tile_plan(pattern.offsets, [el], block, device, rounds=True, var_type=wp.vec3f,
+                                config=TileConfig(block_dim=bd))
         np.testing.assert_array_equal(again.entries[0].numpy(), entries)
         np.testing.assert_array_equal(again.round_start[0].numpy(), rstart)
 
@@ -217,9 +217,9 @@ def test_deterministic_plan_takes_three_rounds_per_patch_of_a_spring_grid(device
     data = Springs32()
     data.rest = wp.array(mesh.edge_lengths().astype(np.float32), device=device)
     p.add_term(mesh.edges, spring32, data)
-    p._ensure_pattern()
-    plan = build_tile_plan(p._pattern.offsets, [p.terms[0].elements_np], p.block_type, device,
-                           rounds=True, var_type=p.variable_type, block_dim=256)
+    offsets = build_hessian_pattern(p.variable_count, [p.terms[0].elements_np]).offsets
+    plan = build_tile_plan(offsets, [p.terms[0].elements_np], p.block_type, device, rounds=True,
+                           var_type=p.variable_type)
     rows = np.diff(plan.row_start.numpy())
     assert plan.row_cap == 128 and rows.max() == 128
     # both shared tiles fit the shared memory the kernels use (36 KB)
@@ -264,7 +264,7 @@ def test_deterministic_tiled_matches_atomic_and_repeats_bitwise(device):
 
     atomic, atomic_runs, ref = runs(assembly="atomic")
     q, det_runs, dense = runs(deterministic=True, assembly="tiled")
-    assert q._tiles[1].deterministic and q._det is None  # rounds in shared memory, no contribution buffers
+    assert q.tile_plan.deterministic and q._storage.det is None  # rounds in shared memory, no contribution buffers
     np.testing.assert_allclose(det_runs[0][0][0], atomic_runs[0][0][0], rtol=1e-12)
     np.testing.assert_allclose(det_runs[0][1], atomic_runs[0][1], rtol=1e-11, atol=1e-12)
     np.testing.assert_allclose(dense, ref, rtol=1e-11, atol=1e-11)
@@ -278,7 +278,7 @@ def test_deterministic_tiled_matches_atomic_and_repeats_bitwise(device):
 def test_auto_sums_small_float32_elements_in_rounds(device, monkeypatch):
     """assembly="auto" gives float32 elements of <= 6 variables the round-ordered tiled kernels (faster on an
     H200) without deterministic=True; explicit "tiled", float64 and larger elements keep the plain kernels."""
-    from warp_meshad._src.problem.problem import Problem, rounds_default
+    from warp_meshad._src.problem.assembly import Assembler, rounds_default
 
     assert rounds_default(6, wp.float32) and not rounds_default(9, wp.float32) and not rounds_default(6, wp.float64)
     mesh = wm.TriMesh.grid(22, 16)
@@ -293,24 +293,23 @@ def test_auto_sums_small_float32_elements_in_rounds(device, monkeypatch):
             p.add_term(mesh.edges, spring, build_data(mesh, device))
         return p
 
-    assert problem("auto")._rounds_default()
-    assert not problem("tiled")._rounds_default()
-    assert not problem("auto", wp.float64)._rounds_default()
+    assert problem("auto")._assembler.rounds_default()
+    assert not problem("tiled")._assembler.rounds_default()
+    assert not problem("auto", wp.float64)._assembler.rounds_default()
     x = wp.array(positions(mesh, 7).astype(np.float32), dtype=wp.vec3f, device=device)
     e, g, H = problem("atomic").assemble_hessian(x)
     ref = (e.numpy()[0], g.numpy().copy(), wm.to_scipy(H).toarray())
     plain = problem("tiled")
     plain.assemble_hessian(x)
-    assert not plain._tiles[1].deterministic
+    assert not plain.tile_plan.deterministic
     # the CPU never picks the tiled assembly under "auto": take the "auto" rule's branch on an explicit "tiled"
-    monkeypatch.setattr(Problem, "_rounds_default", lambda self: True)
+    monkeypatch.setattr(Assembler, "rounds_default", lambda self: True)
     q = problem("tiled")
-    runs = [tuple(a.copy() for a in (q.assemble_hessian(x)[0].numpy(), q._grad.numpy(), q._hess.values.numpy()))
-            for _ in range(2)]  # fmt: skip
-    assert q._tiles[1].deterministic and q._det is None and not q.deterministic
+    runs = [tuple(a.numpy().copy() for a in (e, g, H.values)) for e, g, H in (q.assemble_hessian(x) for _ in range(2))]
+    assert q.tile_plan.deterministic and q._storage.det is None and not q.deterministic
     np.testing.assert_allclose(runs[0][0][0], ref[0], rtol=1e-5)
     np.testing.assert_allclose(runs[0][1], ref[1], rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(wm.to_scipy(q._hess).toarray(), ref[2], rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(wm.to_scipy(q.assemble_hessian(x)[2]).toarray(), ref[2], rtol=1e-4, atol=1e-3)
     for a, b in zip(runs[1], runs[0]):
         assert np.array_equal(a, b)
 
@@ -347,7 +346,7 @@ def test_tiled_assembly_with_scalar_and_planar_variables(device, dim):
         p.add_term(mesh.edges, scalar_pair if dim == 1 else planar_spring)
         e, g, H = p.assemble_hessian(xw)
         out.append((e.numpy()[0], g.numpy().copy(), wm.to_scipy(H).toarray()))
-    assert p._tiles[1].patch_count > 1
+    assert p.tile_plan.patch_count > 1
     np.testing.assert_allclose(out[1][0], out[0][0], rtol=1e-12)
     np.testing.assert_allclose(out[1][1], out[0][1], rtol=1e-11, atol=1e-12)
     np.testing.assert_allclose(out[1][2], out[0][2], rtol=1e-11, atol=1e-11)
@@ -358,23 +357,23 @@ import numpy as np, warp as wp
 wp.config.quiet = True
 wp.config.enable_cpu_blocks = True  # every lane of a block runs (as fibers), as on a GPU
 import warp_meshad as wm
-from warp_meshad._src.problem import tiled as tiled
+from warp_meshad._src.problem.tiled import TileConfig
 from test_tiled import build, positions
-tiled.TILE_BLOCK_DIM = 32
 mesh = wm.TriMesh.grid(24, 20)
 x = wp.array(positions(mesh, 0), dtype=wp.vec3d, device="cpu")
 ref = build(mesh, "cpu", "atomic")
 e, g, H = ref.assemble_hessian(x)
 R = (e.numpy()[0], g.numpy().copy(), wm.to_scipy(H).toarray())
 for det in (False, True):
-    q = wm.Problem(mesh.vertex_count, 3, device="cpu", assembly="tiled", deterministic=det)
+    q = wm.Problem(mesh.vertex_count, 3, device="cpu", assembly="tiled", deterministic=det,
+                   tile_config=TileConfig(block_dim=32))
     for t in ref.terms:
         q.add_term(t.elements_np, t.energy, t.data, weight=t.weight)
-    runs = [tuple(a.numpy().copy() for a in (q.assemble_hessian(x)[0], q._grad, q._hess.values)) for _ in range(2)]
-    assert q._tiles[1].patch_count > 3
+    runs = [tuple(a.numpy().copy() for a in (e, g, H.values)) for e, g, H in (q.assemble_hessian(x) for _ in range(2))]
+    assert q.tile_plan.patch_count > 3
     np.testing.assert_allclose(runs[0][0][0], R[0], rtol=1e-12)
     np.testing.assert_allclose(runs[0][1], R[1], rtol=1e-11, atol=1e-12)
-    np.testing.assert_allclose(wm.to_scipy(q._hess).toarray(), R[2], rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(wm.to_scipy(q.assemble_hessian(x)[2]).toarray(), R[2], rtol=1e-11, atol=1e-11)
     if det:
         assert all(np.array_equal(a, b) for a, b in zip(runs[0], runs[1]))
 print("ALL LANES OK")
@@ -396,16 +395,17 @@ def test_tiled_kernels_with_every_lane_of_a_block_running():
     assert res.returncode == 0 and "ALL LANES OK" in res.stdout, res.stdout[-2000:] + res.stderr[-4000:]
 
 
-def test_tile_write_out_by_number_or_block_and_register_cap(device, monkeypatch):
+def test_tile_write_out_by_number_or_block_and_register_cap(device):
     """Both write-outs of the tile give the atomic assembly's Hessian (float32 springs, k = 6); such a kernel asks
     the CUDA compiler for 4 blocks per SM, a float64 one (whose dual Hessian would spill under the cap) for none."""
+    from warp_meshad._src.codegen.kernel_cache import term_kernel
     from warp_meshad._src.problem import tiled as tiled
 
     mesh = wm.TriMesh.grid(24, 20)
     x = wp.array(positions(mesh, 1).astype(np.float32), dtype=wp.vec3f, device=device)
 
-    def springs32(assembly):
-        p = wm.Problem(mesh.vertex_count, 3, dtype=wp.float32, device=device, assembly=assembly)
+    def springs32(assembly, config=tiled.TileConfig()):
+        p = wm.Problem(mesh.vertex_count, 3, dtype=wp.float32, device=device, assembly=assembly, tile_config=config)
         data = Springs32()
         data.rest = wp.array(0.8 * mesh.edge_lengths().astype(np.float32), device=device)
         p.add_term(mesh.edges, spring32, data)
@@ -413,11 +413,12 @@ def test_tile_write_out_by_number_or_block_and_register_cap(device, monkeypatch)
 
     ref = wm.to_scipy(springs32("atomic").assemble_hessian(x)[2]).toarray()
     for store in ("number", "block"):
-        monkeypatch.setattr(tiled, "TILE_STORE", store)
-        p = springs32("tiled")
+        config = tiled.TileConfig(store=store)
+        p = springs32("tiled", config)
         np.testing.assert_allclose(wm.to_scipy(p.assemble_hessian(x)[2]).toarray(), ref, rtol=2e-5, atol=1e-4)
-        kern = p._kernel(p.terms[0], "hessian", p._tiles[1].cap)
-        assert kern.options["launch_bounds"] == (tiled.TILE_BLOCK_DIM, tiled.TILE_MIN_BLOCKS)
-    assert tiled.min_blocks(6, wp.float32) == tiled.TILE_MIN_BLOCKS > 0
+        variant = p._assembler.tile_variant(p.terms[0], "hessian", p.tile_plan)
+        kern = term_kernel(p.terms[0], "hessian", p.kernel_facts, variant)
+        assert kern.options["launch_bounds"] == (config.block_dim, config.min_blocks)
+    assert tiled.min_blocks(6, wp.float32) == tiled.TileConfig().min_blocks > 0
     assert tiled.min_blocks(6, wp.float64) == tiled.min_blocks(9, wp.float32) == 0
     assert tiled.min_blocks(6, wp.float32, projected=True) == 0

@@ -245,7 +245,7 @@ class _Minimizer(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_output: torch.Tensor):
-        from warp_meshad._src.problem.parameters import implicit_gradient
+        from warp_meshad._src.solve.implicit import implicit_gradient
 
         theta, x_star = ctx.saved_tensors
         problem = ctx.problem

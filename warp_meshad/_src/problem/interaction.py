@@ -38,8 +38,9 @@ import warp as wp
 import warp.sparse as wps
 
 from warp_meshad._src.codegen.warp_compat import set_matrix_pattern_version
+from warp_meshad._src.problem.variables import check_elements
 
-__all__ = ["InteractionElements", "InteractionPattern", "check_interaction", "set_interaction_elements"]
+__all__ = ["InteractionElements", "InteractionPattern", "check_interaction", "pair_keys", "set_interaction_elements"]
 
 _INT64_MAX = np.iinfo(np.int64).max
 _LOW32 = 4294967296
@@ -68,7 +69,7 @@ def _copy_checked(
 
 
 @wp.kernel(enable_backward=False)
-def _pair_keys(
+def pair_keys(
     elements: wp.array2d(dtype=wp.int32),
     n: wp.int64,
     key_base: int,
@@ -221,8 +222,9 @@ class InteractionElements:
         self.buffer = wp.zeros((self.capacity, self.valence), dtype=wp.int32, device=self.device)
         return True
 
-    def set(self, problem, elements) -> bool:
-        """Copy ``elements`` in (see :func:`set_interaction_elements`); returns whether the buffer grew."""
+    def set(self, elements, variable_count: int) -> bool:
+        """Copy ``elements`` (indices in [0, variable_count)) in (see :func:`set_interaction_elements`); returns
+        whether the buffer grew."""
         what = "set_interaction_elements"
         v = self.valence
         dev = self.device
@@ -239,7 +241,7 @@ class InteractionElements:
             self.error = None
             self._pending = False
             if k:
-                self._n = problem.variable_count
+                self._n = variable_count
                 wp.copy(self._bad, self._bad_init)
                 wp.launch(_copy_checked, dim=(k, v), inputs=[elements, self._n, self.buffer, self._bad], device=dev)
                 if not _capturing(dev):
@@ -257,7 +259,7 @@ class InteractionElements:
         if arr.ndim != 2 or arr.shape[1] != v:
             raise ValueError(f"{what}(elements=...) must have shape (k, {v}), got {arr.shape}")
         if arr.shape[0]:
-            arr = problem._check_elements(arr, what)
+            arr = check_elements(arr, variable_count, what)
         k = int(arr.shape[0])
         grew = self._reserve(k)
         self.count = k
@@ -289,32 +291,37 @@ class InteractionElements:
             raise ValueError(self.error)
 
 
-def set_interaction_elements(problem, term, elements) -> None:
-    """Replace the elements of interaction term ``term`` (a ``_Term``) of ``problem``.
+def set_interaction_elements(term, elements, variable_count: int) -> bool:
+    """Replace the elements of interaction term ``term`` (a :class:`~warp_meshad._src.problem.terms.Term`).
 
-    A ``wp.array`` of int32 on the problem's device is copied and checked on the device (no host
+    A ``wp.array`` of int32 on the term's device is copied and checked on the device (no host
     copy); anything else is checked on the host and uploaded once.
+
+    Returns:
+        Whether the term's capacity grew (the element buffers' layout, sized from it, must then be rebuilt).
     """
     ie = term.interaction
-    if ie.set(problem, elements):
+    grew = ie.set(elements, variable_count)
+    if grew:
         term.capacity = ie.capacity
-        problem._layout = None  # the element-energy buffer is sized from the capacity
     term.elements = ie.buffer
     ie.poll(False)  # a device check that is already back (always on the CPU) raises here
+    return grew
 
 
-def check_interaction(problem, synced: bool) -> None:
+def check_interaction(terms, pattern, synced: bool) -> None:
     """Raise for bad interaction elements; make a rebuilt Hessian's ``nnz`` exact once it is known.
 
     Args:
+        terms: the problem's terms.
+        pattern: the problem's Hessian pattern (None before it is built).
         synced: the host has just waited for the device (the energy read of an ``eval*``).
     """
-    for t in problem.terms:
+    for t in terms:
         if t.dynamic:
             t.interaction.poll(synced)
-    pat = problem._pattern
-    if isinstance(pat, InteractionPattern):
-        pat.settle(synced)
+    if isinstance(pattern, InteractionPattern):
+        pattern.settle(synced)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,7 +334,7 @@ def _grow(size: int, need: int) -> int:
 
 
 class InteractionPattern:
-    """The Hessian pattern of a problem with interaction terms (``Problem._pattern``).
+    """The Hessian pattern of a problem with interaction terms (see :class:`~warp_meshad._src.problem.storage.Storage`).
 
     Built once from the static terms' host pattern ``base``; :meth:`update` merges the interaction
     blocks on the device when elements changed and returns the front matrix.
@@ -338,13 +345,13 @@ class InteractionPattern:
         rebuilds: number of device rebuilds so far.
     """
 
-    def __init__(self, problem, base):
-        self.problem = problem
+    def __init__(self, terms, base, variable_count: int, block_type, device):
         self.base = base
-        dev = self.device = problem.device
-        n = self.n = problem.variable_count
-        self.static = [t for t in problem.terms if not t.dynamic]
-        self.dynamic = [t for t in problem.terms if t.dynamic]
+        self.block_type = block_type
+        dev = self.device = device
+        n = self.n = variable_count
+        self.static = [t for t in terms if not t.dynamic]
+        self.dynamic = [t for t in terms if t.dynamic]
         self.base_nnz = base.nnz
         self.base_offsets = wp.array(base.offsets, dtype=wp.int32, device=dev)
         self.base_columns = wp.array(base.columns, dtype=wp.int32, device=dev)
@@ -389,20 +396,19 @@ class InteractionPattern:
 
     def _matrix(self, capacity: int):
         """The back matrix with room for ``capacity`` blocks."""
-        p = self.problem
         i = 1 - self.front
         A = self.matrices[i]
         if A is None:
-            A = wps.bsr_zeros(self.n, self.n, p.block_type, device=self.device)
+            A = wps.bsr_zeros(self.n, self.n, self.block_type, device=self.device)
             A.offsets = wp.zeros(self.n + 1, dtype=wp.int32, device=self.device)
             A.columns = wp.zeros(0, dtype=wp.int32, device=self.device)
-            A.values = wp.zeros(0, dtype=p.block_type, device=self.device)
+            A.values = wp.zeros(0, dtype=self.block_type, device=self.device)
             self.matrices[i] = A
         size = A.columns.shape[0]
         if capacity > size:
             size = _grow(size, capacity)
             A.columns = wp.zeros(size, dtype=wp.int32, device=self.device)
-            A.values = wp.zeros(size, dtype=p.block_type, device=self.device)
+            A.values = wp.zeros(size, dtype=self.block_type, device=self.device)
         return A
 
     def _reserve(self, key_count: int):
@@ -439,7 +445,7 @@ class InteractionPattern:
             vv = t.spec.valence**2
             if t.count:
                 wp.launch(
-                    _pair_keys, dim=(t.count, vv), inputs=[t.elements, n64, kb, t.slot_base, self.keys, self.places],
+                    pair_keys, dim=(t.count, vv), inputs=[t.elements, n64, kb, t.slot_base, self.keys, self.places],
                     device=dev,
                 )  # fmt: skip
             kb += t.count * vv

@@ -1,4 +1,4 @@
-"""Derivatives in a term's parameters, and gradients through a minimization (implicit differentiation).
+"""Derivatives in a term's parameters: the parameter fields, their layout in theta, and the mixed-derivative buffers.
 
 A term's data struct fields may be named parameters when the term is added
 (``problem.add_term(..., data=d, parameters=("rest", "k"))``). The parameters of all terms form one vector
@@ -11,15 +11,8 @@ theta (term by term in the order they were added, field by field in the order na
 ``Problem.eval_parameter_derivatives(x)`` gives dE/dtheta and the sparse mixed matrix d2E/dx dtheta. The
 ``mixed`` kernels read the parameters as dual numbers seeded after the element's variables (the energy's
 source is rewritten so, see :mod:`warp_meshad._src.codegen.energy_rewrite`): the element's dual Hessian over
-(variables, parameters) holds both in its last columns; nothing is differenced.
-
-For x* a minimizer of E(., theta) (g(x*, theta) = 0 on the free variables) and a loss L(x*), the implicit
-function theorem gives dx*/dtheta = -H^-1 d2E/dx dtheta, hence (H symmetric)
-
-    dL/dtheta = -(d2E/dx dtheta)^T lambda,   H lambda = dL/dx,
-
-one adjoint solve with the Hessian at x* (:func:`implicit_gradient`); fixed variables (Dirichlet) have
-lambda = 0. Any direct dependence of L on theta is the caller's to add.
+(variables, parameters) holds both in its last columns; nothing is differenced. Gradients through a
+minimization use them: :func:`warp_meshad._src.solve.implicit.implicit_gradient`.
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ import numpy as np
 import warp as wp
 import warp.sparse as wps
 
-__all__ = ["ParameterField", "ParameterDerivatives", "describe_parameters", "implicit_gradient"]
+__all__ = ["ParameterField", "ParameterDerivatives", "describe_parameters", "read_values", "write_values"]
 
 _SEEDABLE = "a scalar, a vector of 2-4 or a 2x2 / 3x3 matrix"
 
@@ -163,16 +156,23 @@ def write_values(term, f: ParameterField, values: np.ndarray) -> None:
 
 
 class ParameterDerivatives:
-    """Buffers of the mixed derivatives of all parameter terms (built on first use)."""
+    """Buffers of the mixed derivatives of all parameter terms (built on first use).
 
-    def __init__(self, problem):
-        dev = problem.device
-        d = problem.variable_dim
-        self.theta_grad = wp.zeros(problem.parameter_count, dtype=problem.dtype, device=dev)
-        self.block_type = problem.dtype if d == 1 else wp.types.matrix(shape=(d, 1), dtype=problem.dtype)
+    Args:
+        terms: the problem's terms (those with ``params`` take part).
+        variable_count, parameter_count: rows and columns of the mixed matrix.
+        variable_dim, dtype: the variables' scalars per variable and scalar type.
+        device: where the buffers live.
+    """
+
+    def __init__(self, terms, variable_count: int, parameter_count: int, variable_dim: int, dtype, device):
+        dev = device
+        d = variable_dim
+        self.theta_grad = wp.zeros(parameter_count, dtype=dtype, device=dev)
+        self.block_type = dtype if d == 1 else wp.types.matrix(shape=(d, 1), dtype=dtype)
         rows, cols, self.segments, self.pidx = [], [], {}, {}
         start = 0
-        for t in problem.terms:
+        for t in terms:
             if not t.params:
                 continue
             pidx = parameter_indices(t.params, t.count)
@@ -185,85 +185,8 @@ class ParameterDerivatives:
         self.rows = wp.array(np.concatenate(rows), dtype=wp.int32, device=dev)
         self.cols = wp.array(np.concatenate(cols), dtype=wp.int32, device=dev)
         self.values = wp.zeros(start, dtype=self.block_type, device=dev)
-        self.matrix = wps.bsr_zeros(problem.variable_count, problem.parameter_count, self.block_type, device=dev)
+        self.matrix = wps.bsr_zeros(variable_count, parameter_count, self.block_type, device=dev)
 
     def assemble(self):
         wps.bsr_set_from_triplets(self.matrix, self.rows, self.cols, self.values, prune_numerical_zeros=False)
         return self.matrix
-
-
-def implicit_gradient(
-    problem, x_star, dL_dx, fixed=None, linear_solver="auto", hessian: str = "exact", reuse_factorization: bool = False
-):
-    """Gradient of a loss L(x*(theta)) in the parameters theta, x* a minimizer of the problem's energy.
-
-    One adjoint solve ``H lambda = dL/dx`` with the Hessian at ``x_star`` (one factorization, reused for
-    every column when ``dL_dx`` holds several losses), then ``dL/dtheta = -(d2E/dx dtheta)^T lambda``. See
-    the module docstring for the derivation; the result is exact to the extent that x_star is a minimizer
-    (g(x_star) = 0 on the free variables) and the linear solve is.
-
-    Args:
-        problem: a :class:`~warp_meshad.Problem` with parameters (``add_term(..., parameters=...)``).
-        x_star: wp.array [variable_count] of the variable dtype: the minimizer.
-        dL_dx: dL/dx at x_star: a wp.array like ``x_star``, or a numpy array of shape (variable_count,
-            variable_dim) (or (variable_count,) for scalar variables), or a list of those (several losses).
-        fixed: indices of the variables held fixed in the solve (sequence, numpy or wp.array of ints, as the
-            solvers' ``fixed``), or None.
-        linear_solver: a back-end name for :func:`~warp_meshad.make_linear_solver`, or a LinearSolver: pass the one
-            of the solve (``NewtonSolver(...).linear_solver``) to reuse its ordering and symbolic analysis (cuDSS's
-            ``plan``, QDLDL's AMD ordering: the expensive part); only the numbers of H(x*) are factored again.
-        hessian: ``"exact"`` (the true Hessian at x*; the default) or ``"clamp"`` (element Hessians projected
-            to PSD, as projected Newton factors: only an approximation where an element Hessian is indefinite).
-        reuse_factorization: also reuse the numbers: solve with the factors ``linear_solver`` kept from its last
-            solve (SciPy, QDLDL, cuDSS keep them; other back-ends factor), without factoring H(x*). Exact where that
-            last matrix was H(x*) itself, as after a Newton solve without projection that stopped on its decrement
-            (it factors at x*, then stops); a projected solve factored the projected Hessian, an approximation.
-
-    Returns:
-        numpy float64 array (parameter_count,) (or (losses, parameter_count) for a list of losses).
-    """
-    from warp_meshad._src.solve.constraints import apply_dirichlet, fixed_indices, fixed_mask_from_indices, zero_fixed_rows
-    from warp_meshad._src.solve.linear import LinearSolver, make_linear_solver
-
-    if problem.parameter_count == 0:
-        raise ValueError("implicit_gradient: the problem has no parameters (add_term(..., parameters=[...]))")
-    if hessian not in ("exact", "clamp"):
-        raise ValueError(f"implicit_gradient(hessian=...) must be 'exact' or 'clamp', got {hessian!r}")
-    problem._check_vector(x_star, "x_star", "implicit_gradient")
-    several = isinstance(dL_dx, (list, tuple))
-    losses = [_as_variable_array(problem, b, f"dL_dx[{i}]" if several else "dL_dx") for i, b in enumerate(dL_dx if several else [dL_dx])]
-    if hessian == "exact":
-        _, _, H = problem.eval_with_hessian(x_star)
-    else:
-        _, _, H = problem.eval_with_hessian_proj(x_star, mode="clamp")
-    _, _, M = problem.eval_parameter_derivatives(x_star)
-    idx = fixed_indices(fixed)
-    fixed = None if idx is None else fixed_mask_from_indices(idx, problem.variable_count, problem.device)
-    if fixed is not None:
-        apply_dirichlet(H, None, fixed)
-    solver = linear_solver if isinstance(linear_solver, LinearSolver) else make_linear_solver(
-        linear_solver, device=problem.device, dtype=problem.dtype
-    )
-    out = []
-    for i, b in enumerate(losses):
-        if fixed is not None:
-            b = zero_fixed_rows(b, fixed)
-        lam = wp.zeros_like(b)
-        if i == 0 and not reuse_factorization:
-            solver.solve(H, b, lam)
-        else:  # the factors of the first solve (or, reuse_factorization, of the linear solver's last one)
-            solver.resolve(H, b, lam)
-        y = wps.bsr_mv(M, lam, transpose=True)
-        out.append(-y.numpy().astype(np.float64))
-    return np.stack(out) if several else out[0]
-
-
-def _as_variable_array(problem, b, name: str) -> wp.array:
-    if isinstance(b, wp.array):
-        problem._check_vector(b, name, "implicit_gradient")
-        return wp.clone(b)
-    a = np.asarray(b, dtype=wp.dtype_to_numpy(problem.dtype))
-    want = (problem.variable_count,) if problem.variable_dim == 1 else (problem.variable_count, problem.variable_dim)
-    if a.shape != want:
-        raise ValueError(f"implicit_gradient({name}=...) must have shape {want}; got {a.shape}")
-    return wp.array(a, dtype=problem.variable_type, device=problem.device)

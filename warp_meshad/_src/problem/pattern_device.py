@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from warp_meshad._src.problem.interaction import _pair_keys
+from warp_meshad._src.problem.interaction import pair_keys
 from warp_meshad._src.problem.pattern import HessianPattern
 
 __all__ = ["build_hessian_pattern_device"]
@@ -70,7 +70,7 @@ def build_hessian_pattern_device(variable_count: int, element_arrays: list, devi
     for e, size in zip(els + [diag], sizes + [n]):
         if size:
             v = e.shape[1]
-            wp.launch(_pair_keys, dim=(e.shape[0], v * v), inputs=[e, n64, base, base, keys, places], device=dev)
+            wp.launch(pair_keys, dim=(e.shape[0], v * v), inputs=[e, n64, base, base, keys, places], device=dev)
         base += size
     end_bit = max(1, int(n * n - 1).bit_length())
     wp.utils.radix_sort_pairs(keys, places, total, end_bit=end_bit)

@@ -13,44 +13,71 @@ elements are evaluated twice.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import warp as wp
 
-__all__ = ["TilePlan", "build_tile_plan", "det_tile_capacity", "min_blocks", "tile_capacity", "TILE_BLOCK_DIM"]
+__all__ = ["TileConfig", "TilePlan", "build_tile_plan", "det_tile_capacity", "min_blocks", "tile_capacity"]
 
-TILE_BLOCK_DIM = 256
-_SHARED_BYTES = 36 * 1024  # shared memory per thread block used by the tile
-TILE_STORE = "number"  # write-out of d x d blocks: a thread per number ("number") or per block ("block")
-TILE_MIN_BLOCKS = 4  # > 0: thread blocks per SM asked of the CUDA compiler (caps registers), see min_blocks()
-# (the knobs above are swept by benchmarks/tile_sweep.py; the defaults are its fastest measured setting: H200,
-# mass-spring 1000x1000, float32: 0.436 ms with 4 blocks per SM, 0.520 ms without, 0.646 ms storing by block)
 _MIN_BLOCKS_MAX_HESSIAN_BYTES = 36 * 4  # see min_blocks()
 
 
-def tile_capacity(block_type) -> int:
-    """Blocks per patch tile for one block type (``_SHARED_BYTES`` of shared memory)."""
-    return max(16, _SHARED_BYTES // wp.types.type_size_in_bytes(block_type))
+@dataclass(frozen=True)
+class TileConfig:
+    """The knobs of the tiled Hessian assembly (a Problem's ``tile_config``; part of its kernels' cache key).
+
+    The defaults are the fastest setting ``benchmarks/tile_sweep.py`` measured (H200, mass-spring 1000x1000,
+    float32: 0.436 ms with 4 blocks per SM, 0.520 ms without, 0.646 ms storing by block).
+
+    Attributes:
+        block_dim: threads per block (and elements per round of the round-ordered variant).
+        shared_bytes: shared memory per thread block used by the tile.
+        store: write-out of d x d blocks: a thread per number (``"number"``) or per block (``"block"``).
+        min_blocks: > 0: thread blocks per SM asked of the CUDA compiler (caps registers), see :func:`min_blocks`.
+    """
+
+    block_dim: int = 256
+    shared_bytes: int = 36 * 1024
+    store: str = "number"
+    min_blocks: int = 4
+
+    def __post_init__(self):
+        if self.store not in ("number", "block"):
+            raise ValueError(f"TileConfig(store=...) must be 'number' or 'block', got {self.store!r}")
+        for name in ("block_dim", "shared_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"TileConfig({name}=...) must be a positive int, got {value!r}")
+        if not isinstance(self.min_blocks, int) or self.min_blocks < 0:
+            raise ValueError(f"TileConfig(min_blocks=...) must be an int >= 0, got {self.min_blocks!r}")
 
 
-def det_tile_capacity(block_type, var_type, blocks_per_row: float) -> tuple[int, int]:
+def tile_capacity(block_type, config: TileConfig = TileConfig()) -> int:
+    """Blocks per patch tile for one block type (``config.shared_bytes`` of shared memory)."""
+    return max(16, config.shared_bytes // wp.types.type_size_in_bytes(block_type))
+
+
+def det_tile_capacity(block_type, var_type, blocks_per_row: float, config: TileConfig = TileConfig()) -> tuple[int, int]:
     """(blocks, rows) per patch of the deterministic variant, which sums the patch's gradient in a
     second shared tile of one entry per row.
 
-    The ``_SHARED_BYTES`` are split between the two tiles for rows of ``blocks_per_row`` blocks (the
+    The ``config.shared_bytes`` are split between the two tiles for rows of ``blocks_per_row`` blocks (the
     pattern's mean): a patch is cut when either tile is full. (Sizing the gradient tile like the
     block tile, one entry per block, left room for 768 instead of 977 3x3 float32 blocks per patch,
     33% more patches for mass-spring.)
     """
+    shared = config.shared_bytes
     bb = wp.types.type_size_in_bytes(block_type)
     vb = wp.types.type_size_in_bytes(var_type)
-    rows = max(1, int(_SHARED_BYTES // (bb * max(float(blocks_per_row), 1.0) + vb)))
-    return max(16, (_SHARED_BYTES - vb * rows) // bb), rows
+    rows = max(1, int(shared // (bb * max(float(blocks_per_row), 1.0) + vb)))
+    return max(16, (shared - vb * rows) // bb), rows
 
 
-def min_blocks(k: int, scalar_type, projected: bool = False) -> int:
+def min_blocks(k: int, scalar_type, projected: bool = False, config: TileConfig = TileConfig()) -> int:
     """Thread blocks per SM asked of the compiler for a tiled kernel of an element with ``k`` variables.
 
-    :data:`TILE_MIN_BLOCKS` where an element's dual Hessian (``k * k`` numbers) fits in 36 registers
+    ``config.min_blocks`` where an element's dual Hessian (``k * k`` numbers) fits in 36 registers
     (float32 and k <= 6, as mass-spring, measured): there the cap (64 registers for 4 blocks of 256
     threads) costs a few spilled bytes (44 per thread for mass-spring) and raises occupancy from 3 to
     4 blocks per SM. Larger elements would spill most of their Hessian under that cap, and so would a
@@ -59,7 +86,7 @@ def min_blocks(k: int, scalar_type, projected: bool = False) -> int:
     """
     if projected or k * k * wp.types.type_size_in_bytes(scalar_type) > _MIN_BLOCKS_MAX_HESSIAN_BYTES:
         return 0
-    return int(TILE_MIN_BLOCKS)
+    return int(config.min_blocks)
 
 
 class TilePlan:
@@ -591,7 +618,7 @@ def build_tile_plan(
     device,
     rounds: bool = False,
     var_type=None,
-    block_dim: int | None = None,
+    config: TileConfig = TileConfig(),
 ) -> TilePlan | None:
     """Plan the tiled assembly of a pattern, on ``device``.
 
@@ -601,17 +628,17 @@ def build_tile_plan(
         block_type: the Hessian's block dtype (sets the tile capacity).
         device: where the plan is computed and its arrays live.
         rounds: plan for the deterministic variant: each patch's elements are ordered into rounds of at most
-            ``block_dim`` in which no two add to the same tile entry (so plain adds in a fixed order replace
+            ``config.block_dim`` in which no two add to the same tile entry (so plain adds in a fixed order replace
             atomics), and gradients are summed in shared memory too (``var_type``; a patch then also has at
             most ``row_cap`` rows, see :func:`det_tile_capacity`).
         var_type: the variable dtype (with ``rounds``).
-        block_dim: threads per block (round size); default :data:`TILE_BLOCK_DIM`.
+        config: the tile knobs (the tile's size from ``shared_bytes``, the round size ``block_dim``).
 
     Returns:
         The plan, or None when a single row has more blocks than a tile holds.
     """
     device = wp.get_device(device)
-    block_dim = block_dim or TILE_BLOCK_DIM
+    block_dim = config.block_dim
     offsets = np.asarray(offsets, dtype=np.int64)
     n = offsets.size - 1
     els = [e if isinstance(e, wp.array) and e.device == device
@@ -622,9 +649,9 @@ def build_tile_plan(
     if rounds:
         if var_type is None:
             raise ValueError("build_tile_plan(rounds=True) needs var_type (the variable dtype)")
-        cap, row_cap = det_tile_capacity(block_type, var_type, offsets[-1] / max(n, 1))
+        cap, row_cap = det_tile_capacity(block_type, var_type, offsets[-1] / max(n, 1), config)
     else:
-        cap = tile_capacity(block_type)
+        cap = tile_capacity(block_type, config)
     offsets_d = wp.array(offsets, dtype=wp.int64, device=device)
     bounds = _row_patches(offsets, offsets_d, cap, row_cap)
     if bounds is None:

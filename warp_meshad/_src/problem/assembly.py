@@ -1,0 +1,247 @@
+"""The launches of a problem's term kernels: energy, gradient, Hessian (atomic, tiled or deterministic),
+Hessian-vector product, parameter derivatives, residuals and Jacobian.
+
+An :class:`Assembler` picks each term's kernel (:func:`~warp_meshad._src.codegen.kernel_cache.term_kernel`),
+its arguments and its launch; it writes into a :class:`~warp_meshad._src.problem.storage.Storage`. It does not
+check arguments (``Problem`` does) and reads nothing back from the device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import warp as wp
+
+from warp_meshad._src.codegen.energy_errors import raise_energy_error
+from warp_meshad._src.codegen.kernel_cache import KernelFacts, TileVariant, term_kernel
+from warp_meshad._src.problem.storage import Storage
+from warp_meshad._src.problem.tiled import TileConfig, TilePlan, build_tile_plan, min_blocks
+
+__all__ = ["ASSEMBLY_MODES", "Assembler", "rounds_default"]
+
+ASSEMBLY_MODES = ("auto", "atomic", "tiled")
+
+
+def rounds_default(k_max: int, dtype) -> bool:
+    """Whether ``assembly="auto"`` gives the tiled Hessian the conflict-free rounds of the deterministic plan
+    when ``deterministic=False``: for float32 elements of at most 6 variables.
+
+    Measured on an H200 at 1000x1000 (float32, ``benchmarks/assembly_choice.py``, 2026-12-01), rounds against the
+    plain tiled kernel (shared-memory atomics, global gradient atomics): mass-spring 0.370 vs 0.436 ms, projected
+    2.95 vs 3.00 ms; symmetric Dirichlet 0.687 vs 0.786 ms, projected 2.54 vs 3.09 ms. Larger or float64
+    elements are not measured, so they keep the plain tiled kernel.
+    """
+    return dtype == wp.float32 and k_max <= 6
+
+
+class Assembler:
+    """Launches the kernels of a problem's terms into its storage.
+
+    Args:
+        terms: the problem's term list (shared: terms added later take part).
+        storage: the problem's :class:`~warp_meshad._src.problem.storage.Storage`.
+        facts: the :class:`~warp_meshad._src.codegen.kernel_cache.KernelFacts` of the problem's kernels.
+        block_type: the Hessian's block dtype.
+        device: the problem's device.
+        mode: the Hessian assembly, one of :data:`ASSEMBLY_MODES` (see ``Problem(assembly=...)``).
+        tile_config: the knobs of the tiled assembly.
+
+    Attributes:
+        facts, mode, tile_config: as given (the problem's setters replace them).
+    """
+
+    def __init__(self, terms: list, storage: Storage, facts: KernelFacts, block_type, device, mode: str,
+                 tile_config: TileConfig):  # fmt: skip
+        self.terms = terms
+        self.storage = storage
+        self.facts = facts
+        self.block_type = block_type
+        self.device = device
+        self.mode = mode
+        self.tile_config = tile_config
+        self._tiles = None  # (pattern, config, TilePlan or None)
+
+    def set_unrolled_projection(self, value) -> None:
+        """Set ``Problem.unrolled_projection`` (kernels built later follow it)."""
+        self.facts = dataclasses.replace(self.facts, unrolled_projection=value)
+
+    def set_tile_config(self, config: TileConfig) -> None:
+        """Use ``config`` from the next Hessian on (a new tile plan, kernels built for it)."""
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"Problem(tile_config=...) must be a TileConfig, got {type(config).__name__}")
+        self.tile_config = config
+
+    # ------------------------------------------------------------------------------------------
+    # kernels and their arguments
+    # ------------------------------------------------------------------------------------------
+
+    def tile_variant(self, term, mode: str, plan: TilePlan) -> TileVariant:
+        """The tiled variant of ``term``'s ``mode`` kernel for ``plan`` under this problem's tile config."""
+        cfg = self.tile_config
+        mb = min_blocks(term.spec.k, self.facts.dtype, projected=mode == "hessian_proj", config=cfg)
+        return TileVariant(plan.cap, plan.row_cap, plan.deterministic, cfg.store, (cfg.block_dim, mb) if mb else None)
+
+    def kernel(self, term, mode: str, plan: TilePlan | None = None) -> wp.Kernel:
+        """The kernel of ``term`` in ``mode`` (the tiled variant for ``plan`` where given)."""
+        return term_kernel(term, mode, self.facts, self.tile_variant(term, mode, plan) if plan else None)
+
+    def inputs(self, term, mode: str, extra: list) -> list:
+        """Arguments of a term's kernel: elements, x (``extra[0]``), data, weight, ``extra[1:]``, offsets."""
+        inputs = [term.elements, extra[0]]
+        if term.data is not None:
+            inputs.append(term.data)
+        inputs.append(self.facts.dtype(term.weight))
+        inputs += extra[1:]
+        if mode not in ("residual", "jacobian"):
+            inputs.append(self.storage.layout.offsets[term.index])
+        return inputs
+
+    def launch(self, term, mode: str, extra: list) -> None:
+        """One thread per element of ``term``."""
+        if term.count:
+            kern = self.kernel(term, mode)
+            try:
+                wp.launch(kern, dim=term.count, inputs=self.inputs(term, mode, extra), device=self.device)
+            except Exception as exc:  # Warp generates a kernel's code at its first launch: errors at the user's line
+                raise_energy_error(exc, _does_not_compile(term, mode))
+                raise
+
+    def launch_tiled(self, term, mode: str, plan: TilePlan, inputs: list) -> None:
+        """One thread block per patch of ``plan``."""
+        i = term.index
+        kern = self.kernel(term, mode, plan)
+        if plan.deterministic:
+            inputs = inputs + [plan.entries[i], plan.round_start[i], plan.patch_round_start[i], plan.block_start,
+                               plan.row_start, 1 if i else 0]  # fmt: skip
+        else:
+            inputs = inputs + [plan.entries[i], plan.entry_start[i], plan.block_start, 1 if i else 0]
+        block_dim = self.tile_config.block_dim
+        try:
+            wp.launch_tiled(kern, dim=[plan.patch_count], inputs=inputs, block_dim=block_dim, device=self.device)
+        except Exception as exc:
+            raise_energy_error(exc, _does_not_compile(term, mode))
+            raise
+
+    # ------------------------------------------------------------------------------------------
+    # the tile plan
+    # ------------------------------------------------------------------------------------------
+
+    def rounds_default(self) -> bool:
+        """Rounds for the tiled kernels of a non-deterministic problem (``assembly="auto"`` only)."""
+        return self.mode == "auto" and rounds_default(max(t.spec.k for t in self.terms), self.facts.dtype)
+
+    def tile_plan(self, mode: str = "hessian") -> TilePlan | None:
+        """The patch plan of the tiled assembly of a Hessian ``mode``, or None where the atomic assembly is used
+        (the pattern must be built)."""
+        if mode not in ("hessian", "hessian_proj"):
+            return None
+        if self.mode == "atomic" or (self.mode == "auto" and not self.device.is_cuda):
+            return None
+        if any(t.dynamic for t in self.terms):
+            return None
+        pattern = self.storage.pattern
+        if self._tiles is None or self._tiles[0] is not pattern or self._tiles[1] is not self.tile_config:
+            plan = build_tile_plan(
+                pattern.offsets, [t.elements for t in self.terms], self.block_type, self.device,
+                rounds=self.facts.deterministic or self.rounds_default(), var_type=self.facts.variable_type,
+                config=self.tile_config,
+            )  # fmt: skip
+            if self.mode == "auto" and plan is not None and plan.patch_count < self.device.sm_count:
+                plan = None  # too few patches to fill the GPU: one thread per element is faster (H200, 10x10 grid)
+            self._tiles = (pattern, self.tile_config, plan)
+        return self._tiles[2]
+
+    # ------------------------------------------------------------------------------------------
+    # evaluations (nothing read back)
+    # ------------------------------------------------------------------------------------------
+
+    def energy(self, x) -> None:
+        """Element energies, summed into ``storage.energy``."""
+        lay = self.storage.ensure_layout(self.terms)
+        for t in self.terms:
+            self.launch(t, "energy", [x, lay.energy])
+        self.storage.total_energy()
+
+    def gradient(self, x) -> None:
+        """Energy and gradient into ``storage.energy`` and ``storage.grad``."""
+        st = self.storage
+        lay = st.ensure_layout(self.terms)
+        st.grad.zero_()
+        det = st.ensure_det(self.terms, False) if self.facts.deterministic else None
+        g_out = det.grad if det else st.grad
+        for t in self.terms:
+            self.launch(t, "gradient", [x, lay.energy, g_out])
+        st.total_energy()
+        if det:
+            det.finish(grad=st.grad)
+
+    def hessian(self, x, mode: str, extra=()) -> None:
+        """Energy, gradient and the Hessian of ``mode`` (``"hessian"``, ``"hessian_proj"`` with ``extra`` = (eps,
+        projection), ``"gauss_newton"``) into ``storage.energy``, ``storage.grad`` and ``storage.hess``."""
+        st = self.storage
+        st.hessian_pattern(self.terms)
+        lay = st.ensure_layout(self.terms)
+        st.grad.zero_()
+        plan = self.tile_plan(mode)
+        if plan is None:  # the tiled kernels store every block of the pattern: nothing to clear
+            st.hess.values.zero_()
+        det = st.ensure_det(self.terms, True) if self.facts.deterministic and plan is None else None
+        g_out, h_out = (det.grad, det.hess) if det else (st.grad, st.hess.values)
+        if plan is not None and self.facts.variable_dim > 1 and self.tile_config.store == "number":
+            h_out = st.flat_hessian_values()
+        for t in self.terms:
+            m = mode if (mode != "gauss_newton" or t.residual) else "hessian"
+            ex = list(extra) if m == "hessian_proj" else []
+            extra_m = [x, lay.energy, g_out, *ex, t.slots, h_out]
+            if plan is not None:
+                self.launch_tiled(t, m, plan, self.inputs(t, m, extra_m))
+            else:
+                self.launch(t, m, extra_m)
+        st.total_energy()
+        if det:
+            det.finish(grad=st.grad, hess_values=st.hess.values)
+
+    def hessian_vector_product(self, x, v) -> wp.array:
+        """H(x) v into ``storage.hv`` (element Hessians applied locally); returns it."""
+        st = self.storage
+        hv = st.ensure_hv()
+        lay = st.ensure_layout(self.terms)
+        det = st.ensure_det(self.terms, False) if self.facts.deterministic else None
+        hv_out = det.grad if det else hv
+        for t in self.terms:
+            self.launch(t, "hvp", [x, lay.energy, hv_out, v, hv_out])
+        if det:
+            det.finish(grad=hv)
+        return hv
+
+    def parameter_derivatives(self, x, pd) -> None:
+        """Energy, dE/dtheta and the mixed derivative values into ``storage.energy`` and the
+        :class:`~warp_meshad._src.problem.parameters.ParameterDerivatives` ``pd``."""
+        lay = self.storage.ensure_layout(self.terms)
+        pd.theta_grad.zero_()
+        for t in self.terms:
+            if t.params:
+                start, size = pd.segments[t.index]
+                vals = pd.values[start : start + size]
+                self.launch(t, "mixed", [x, lay.energy, pd.theta_grad, pd.pidx[t.index], vals])
+            else:
+                self.launch(t, "energy", [x, lay.energy])
+        self.storage.total_energy()
+
+    def residuals(self, x, jacobian: bool) -> None:
+        """Residuals into ``storage.res`` (and, with ``jacobian``, the Jacobian into ``storage.jac``)."""
+        st = self.storage
+        st.jacobian_pattern(self.terms)
+        if jacobian:
+            st.jac.values.zero_()
+        for t in self.terms:
+            if not t.residual:
+                continue
+            if jacobian:
+                self.launch(t, "jacobian", [x, t.row_start, t.jslots, st.res, st.jac.values])
+            else:
+                self.launch(t, "residual", [x, t.row_start, st.res])
+
+
+def _does_not_compile(term, mode: str) -> str:
+    return f"term '{term.label}': the energy does not compile for the {mode} kernel (its variables are dual numbers)"
