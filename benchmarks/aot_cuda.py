@@ -47,15 +47,10 @@ def _hook(arch: int):
 
     context.Module.load = load
 
-    from warp_meshad import Problem
-    from warp_meshad._src.problem.problem import unrolled_default
+    from warp_meshad._src.codegen import kernel_cache
 
-    unrolled = Problem._unrolled
-
-    def unrolled_as_on_cuda(self, k):  # Problem._unrolled's default as on a CUDA device
-        return unrolled_default(k, cuda=True) if self.unrolled_projection is None else unrolled(self, k)
-
-    Problem._unrolled = unrolled_as_on_cuda
+    default = kernel_cache.unrolled_default
+    kernel_cache.unrolled_default = lambda k, cuda: default(k, cuda=True)  # the projection choice as on CUDA
 
 
 def pack(cache: str, out: str):
