@@ -1,10 +1,10 @@
-"""Patch plan of the tiled Hessian assembly.
+"""Patch plan of the tiled Hessian assembly, and its knobs (:class:`TileConfig`).
 
 The block rows of the Hessian are cut into patches of consecutive rows whose blocks fit a
 shared-memory tile (at most ``cap`` blocks). A patch's blocks are one contiguous range of the BSR
 values (rows are stored in order), so a thread block can accumulate them in shared memory and
 write them out with coalesced stores. Every element is listed in each patch that owns one of its
-rows; the kernels (``kernelgen.kernel_source(..., tiled=True)``) keep only the blocks of owned rows.
+rows; the kernels (``codegen.kernel_source.kernel_source(..., tiled=True)``) keep only the blocks of owned rows.
 
 How many elements a patch shares with others depends on how the variables are numbered: a
 spatially coherent order (:func:`warp_meshad.locality_order`) keeps patches compact, so fewer
