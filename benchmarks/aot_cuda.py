@@ -25,27 +25,30 @@ import time
 
 def _hook(arch: int):
     import warp as wp
-    from warp._src import context
 
-    original = context.Module.load
+    from warp_meshad._src.codegen.warp_compat import install_module_hooks
+
     done = set()
 
-    def load(self, device, block_dim=None, *args, **kwargs):
-        exe = original(self, device, block_dim, *args, **kwargs)
-        if exe is not None and context.runtime.get_device(device).is_cpu:
-            key = (self.name, self.get_module_hash(None))
-            if key not in done:
-                done.add(key)
-                t = time.perf_counter()
-                try:
-                    wp.compile_aot_module(self, arch=arch, use_ptx=False)
-                except Exception as exc:  # a module that only builds on the CPU: the GPU run compiles it
-                    print(f"[aot_cuda] {self.name}: not compiled for sm_{arch}: {exc}", file=sys.stderr)
-                else:
-                    print(f"[aot_cuda] {self.name}: sm_{arch} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-        return exe
+    def wrap_load(original):
+        def load(self, device, block_dim=None, *args, **kwargs):
+            exe = original(self, device, block_dim, *args, **kwargs)
+            if exe is not None and wp.get_device(device).is_cpu:
+                key = (self.name, self.get_module_hash(None))
+                if key not in done:
+                    done.add(key)
+                    t = time.perf_counter()
+                    try:
+                        wp.compile_aot_module(self, arch=arch, use_ptx=False)
+                    except Exception as exc:  # a module that only builds on the CPU: the GPU run compiles it
+                        print(f"[aot_cuda] {self.name}: not compiled for sm_{arch}: {exc}", file=sys.stderr)
+                    else:
+                        print(f"[aot_cuda] {self.name}: sm_{arch} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+            return exe
 
-    context.Module.load = load
+        return load
+
+    install_module_hooks(wrap_load)  # for the whole run: never restored
 
     from warp_meshad._src.codegen import kernel_cache
 
