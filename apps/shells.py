@@ -14,18 +14,20 @@ Each time step h minimizes, over all vertex positions x (float64, variable_dim 3
 with x~ = x^n + h v^n, then v^{n+1} = (x^{n+1} - x^n) / h. Masses are lumped (density x thickness x a third of the
 incident rest areas).
 
-The contact pairs change at run time, so the step runs its own projected Newton loop:
+The contact pairs change at run time; the step runs the shared projected Newton loop (``wm.NewtonSolver``) with its
+hooks (``NewtonHooks``):
 
-1. contact detection: point-triangle and edge-edge pairs closer than d_hat (``ContactSearch.find_pairs``) become the
-   elements of the two interaction terms (``Problem.set_interaction_elements``);
+1. contact detection (hook ``before_derivatives``): point-triangle and edge-edge pairs closer than d_hat
+   (``ContactSearch.find_pairs``) become the elements of the two interaction terms (``Problem.set_interaction_elements``);
 2. derivatives + assembly: ``Problem.eval_with_hessian_proj`` (per-element PSD projection);
 3. linear solve: ``H d = -g`` with ``wm.make_linear_solver(config.linear_solver)``;
-4. line search: the step is bounded by continuous collision detection, t_max = min(ACCD over the pairs of the swept
-   broad phase, exact plane bound), then Armijo backtracking on the energy evaluated with the pairs of the swept broad
-   phase inflated by d_hat (a superset of every pair within d_hat along the step, so the energy is exact); +inf is
-   rejected.
+4. line search: the trial energy (hook ``line_search_energy``) is evaluated with the pairs of the swept broad phase
+   inflated by d_hat (a superset of every pair within d_hat along the step, so the energy is exact); the step is
+   bounded by continuous collision detection (``step_bound_fn``), t_max = min(ACCD over those pairs, exact plane
+   bound); Armijo backtracking (shrink 0.5, c = 1e-4) rejects +inf.
 
-Newton stops when the step's infinity norm divided by h falls below ``tolerance`` [m/s] (the IPC criterion).
+Newton stops (hook ``stop``, reason ``"newton_step"``) when the step's infinity norm divided by h falls below
+``tolerance`` [m/s] (the IPC criterion); the driver's own gradient, decrement and energy-change tests are off.
 
 Choice of kappa (``contact_stiffness: null``): kappa = Y t / d_hat^2 [J/m^4]. The barrier's stiffness along the
 distance s is d^2 (kappa b(s^2)) / ds^2 ~ kappa d_hat^2 x O(1) [N/m] at s ~ d_hat / 2, so this makes it comparable to
@@ -41,8 +43,6 @@ does not descend), with ``fallback_reasons``.
 
 from __future__ import annotations
 
-import math
-import time
 from typing import Literal, Optional
 
 import numpy as np
@@ -52,7 +52,8 @@ import warp_meshad as wm
 from warp_meshad.app import App as _AppBase
 from warp_meshad.app import AppConfig
 from warp_meshad.contact import ContactSearch, edge_edge_mollifier_thresholds, max_step, plane_max_step
-from warp_meshad import LinearSolveError, TriMesh
+from warp_meshad import TriMesh
+from warp_meshad._src.solve.solvers import NewtonHooks
 from warp_meshad.dynamics import add_inertia_gravity, predict_positions
 from warp_meshad.kernels.energies import (
     BarrierData,
@@ -143,18 +144,6 @@ class ShellsConfig(AppConfig):
         return errors
 
 
-@wp.kernel(enable_backward=False)
-def _axpy(x: wp.array(dtype=wp.vec3d), d: wp.array(dtype=wp.vec3d), a: wp.float64, out: wp.array(dtype=wp.vec3d)):
-    i = wp.tid()
-    out[i] = x[i] + a * d[i]
-
-
-@wp.kernel(enable_backward=False)
-def _neg(g: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.vec3d)):
-    i = wp.tid()
-    out[i] = -g[i]
-
-
 def _instances(single: TriMesh, c: ShellsConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(positions, faces, object id per vertex) of the copies on the grid, the lowest at ``height`` above ground."""
     v = np.asarray(single.vertices, dtype=np.float64)
@@ -178,25 +167,6 @@ def _instances(single: TriMesh, c: ShellsConfig) -> tuple[np.ndarray, np.ndarray
                 ids.append(np.full(n, k, dtype=np.int32))
                 k += 1
     return np.concatenate(xs), np.concatenate(faces).astype(np.int32), np.concatenate(ids)
-
-
-class _Result:
-    """What :meth:`App.record` reads from a solve (the fields of :class:`warp_meshad.SolveResult` it uses)."""
-
-    def __init__(self):
-        self.iterations = 0
-        self.energies = []
-        self.gradient_norms = []
-        self.time_ms = {}
-        self.reason = "max_iterations"
-        self.converged = False
-        self.steepest_descent_fallbacks = 0
-        self.fallback_reasons = {}
-        self.linear_solves_capped = 0
-
-    def fall_back(self, why: str) -> None:
-        self.steepest_descent_fallbacks += 1
-        self.fallback_reasons[why] = self.fallback_reasons.get(why, 0) + 1
 
 
 class App(_AppBase):
@@ -280,6 +250,13 @@ class App(_AppBase):
         if c.linear_solver == "cg":
             options = dict(tol=c.cg_tolerance, maxiter=c.cg_max_iterations or None)
         self.linear_solver = wm.make_linear_solver(c.linear_solver, device=dev, **options)
+        hooks = NewtonHooks(before_derivatives=self._find_pairs, line_search_energy=self._swept_energy,
+                            stop=self._small_step)
+        self.solver = wm.NewtonSolver(p, linear_solver=self.linear_solver, shrink=0.5,
+                                      max_line_search_tries=c.max_line_search_tries, step_bound_fn=self._ccd_bound,
+                                      hooks=hooks)
+        self._swept = None  # the pairs of the current line search's swept broad phase
+        self._max_pairs = (0, 0)  # the most pairs (point-triangle, edge-edge) found in this step
         self.pair_counts: list[tuple[int, int]] = []
 
     # -------------------------------------------------------------------------------- contact
@@ -294,105 +271,52 @@ class App(_AppBase):
         self.problem.set_interaction_elements(self.ee_term, ee)
         return int(pt.shape[0]), int(ee.shape[0])
 
-    def _sync(self):
-        wp.synchronize_device(self.device)
+    def _find_pairs(self, x: wp.array) -> None:
+        """Hook before the derivatives at x: the pairs closer than d_hat become the interaction terms' elements."""
+        self._max_pairs = max(self._max_pairs, self._set_pairs(self.search.find_pairs(x, self.d_hat)))
+
+    def _swept_energy(self, x: wp.array, d: wp.array):
+        """Hook of the line search along d: the pairs of the swept broad phase (inflated by d_hat, so every pair within
+        d_hat of a trial point) become the elements; the trial energy is then the problem's energy."""
+        self._swept = self.search.find_pairs(x, self.d_hat, dx=d)
+        self._set_pairs(self._swept)
+        return self.problem.eval
+
+    def _ccd_bound(self, x: wp.array, d: wp.array) -> float:
+        """Step bound along d: ACCD over the swept pairs of :meth:`_swept_energy`, and the exact ground-plane bound."""
+        bound = max_step(x, d, self._swept.point_triangle, self._swept.edge_edge, device=self.device)
+        return min(bound, plane_max_step(x, d, self.ground_origin, self.ground_normal, device=self.device))
+
+    def _small_step(self, x: wp.array, d: wp.array) -> str | None:
+        """Stop test (IPC): the Newton step's infinity norm divided by h below ``tolerance``."""
+        c = self.config
+        return "newton_step" if np.abs(d.numpy()).max() / c.time_step < c.tolerance else None
 
     # -------------------------------------------------------------------------------- time step
 
     def step(self) -> dict:
         c = self.config
         dev = self.device
-        n = self.mesh.vertex_count
         h = c.time_step
         predict_positions(self.x, self.v, h, self.inertia.target)
-        x = wp.clone(self.x)
-        x_try = wp.zeros_like(x)
-        rhs = wp.zeros_like(x)
-        d = wp.zeros_like(x)
-        ms = {k: 0.0 for k in PHASES}
-        res = _Result()
-        t_start = time.perf_counter()
-        max_pairs = (0, 0)
-        linear_iterations = []
-
-        def clock(key, t0):
-            self._sync()
-            ms[key] += 1e3 * (time.perf_counter() - t0)
-            return time.perf_counter()
-
-        for it in range(c.iterations + 1):
-            t = time.perf_counter()
-            counts = self._set_pairs(self.search.find_pairs(x, self.d_hat))
-            max_pairs = max(max_pairs, counts)
-            t = clock("contact_detection", t)
-            f, g, H = self.problem.eval_with_hessian_proj(x)
-            t = clock("derivatives_assembly", t)
-            gnp = g.numpy()
-            res.energies.append(float(f))
-            res.gradient_norms.append(float(np.linalg.norm(gnp)))
-            if not math.isfinite(f):
-                res.reason = "non_finite_energy"
-                break
-            if it == c.iterations:
-                break
-            wp.launch(_neg, dim=n, inputs=[g, rhs], device=dev)
-            d.zero_()
-            fallback = None
-            try:
-                info = self.linear_solver.solve(H, rhs, d)
-                linear_iterations.append(info.iterations)
-                res.linear_solves_capped += not info.converged  # a CG solve stopped at its iteration cap
-            except LinearSolveError:
-                linear_iterations.append(0)
-                fallback = "linear_solve_failed"
-            t = clock("linear_solve", t)
-            dnp = d.numpy()
-            if fallback is None and not np.all(np.isfinite(dnp)):
-                fallback = "linear_solve_failed"
-            if fallback is None and np.abs(dnp).max() / h < c.tolerance:
-                res.reason, res.converged = "newton_step", True
-                break
-            slope = float(np.sum(gnp * dnp)) if fallback is None else math.nan
-            if fallback is None and not slope < 0.0:  # not a descent direction (not expected with the projection)
-                fallback = "not_descent_direction"
-            if fallback is not None:  # steepest descent this iteration, counted in the step's record
-                res.fall_back(fallback)
-                wp.copy(d, rhs)  # rhs = -g
-                slope = -float(np.sum(gnp * gnp))
-            # CCD step bound: swept broad phase (inflated by d_hat, so the same pairs serve the energy), ACCD, plane
-            swept = self.search.find_pairs(x, self.d_hat, dx=d)
-            bound = max_step(x, d, swept.point_triangle, swept.edge_edge, device=dev)
-            bound = min(bound, plane_max_step(x, d, self.ground_origin, self.ground_normal, device=dev))
-            self._set_pairs(swept)
-            alpha = min(1.0, bound)
-            accepted = False
-            for _ in range(c.max_line_search_tries):
-                if alpha <= 0.0:
-                    break
-                wp.launch(_axpy, dim=n, inputs=[x, d, wp.float64(alpha), x_try], device=dev)
-                f_try = self.problem.eval(x_try)
-                if math.isfinite(f_try) and f_try <= f + 1e-4 * alpha * slope:
-                    accepted = True
-                    break
-                alpha *= 0.5
-            t = clock("line_search", t)
-            res.iterations += 1
-            if not accepted:
-                res.reason = "line_search_failed"
-                break
-            x, x_try = x_try, x
-        ms_total = 1e3 * (time.perf_counter() - t_start)
+        self._max_pairs = (0, 0)
+        # only the hook's step test stops early: no gradient, decrement or energy-change test
+        res = self.solver.solve(self.x, max_iterations=c.iterations, tolerance=0.0, gradient_tolerance=0.0,
+                                energy_tolerance=0.0)
+        t = res.time_ms
+        ms = {"contact_detection": t["before_derivatives"], "derivatives_assembly": t["derivatives"],
+              "linear_solve": t["linear_solve"], "line_search": t["line_search"]}
+        res.time_ms = {**ms, "total": t["total"]}
 
         # velocity, positions, then the exact intersection test over all non-adjacent face pairs
-        vnp = (x.numpy() - self.x.numpy()) / h
+        vnp = (res.x.numpy() - self.x.numpy()) / h
         self.v = wp.array(vnp, dtype=wp.vec3d, device=dev)
-        wp.copy(self.x, x)
+        wp.copy(self.x, res.x)
         inter = self.search.intersecting_face_pairs(self.x)
-        res.time_ms = {**ms, "total": ms_total}
-        self.pair_counts.append(max_pairs)
+        self.pair_counts.append(self._max_pairs)
         return self.record(res, time=(self.steps_done + 1) * h, phase_ms=dict(ms),
-                           intersections=int(inter.shape[0]), point_triangle_pairs=max_pairs[0],
-                           edge_edge_pairs=max_pairs[1], linear_iterations=linear_iterations)
+                           intersections=int(inter.shape[0]), point_triangle_pairs=self._max_pairs[0],
+                           edge_edge_pairs=self._max_pairs[1], linear_iterations=list(res.linear_iterations))
 
     # -------------------------------------------------------------------------------- outputs and checks
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import warp as wp
 
-from warp_meshad._src.solve.line_search import armijo, axpy_into
+from warp_meshad._src.solve.line_search import armijo
 
 wp.config.log_level = wp.LOG_WARNING
 
@@ -18,18 +18,6 @@ def _quadratic(center):
         return 0.5 * float(np.sum((y.numpy() - center) ** 2))
 
     return energy
-
-
-def test_axpy_into_scalar_and_vector():
-    x = wp.array(np.arange(6.0).reshape(2, 3), dtype=wp.vec3d)
-    d = wp.array(np.ones((2, 3)), dtype=wp.vec3d)
-    out = wp.empty_like(x)
-    axpy_into(out, x, 0.5, d)
-    np.testing.assert_allclose(out.numpy(), np.arange(6.0).reshape(2, 3) + 0.5)
-    xs = wp.array([1.0, 2.0], dtype=wp.float32)
-    outs = wp.empty_like(xs)
-    axpy_into(outs, xs, -2.0, xs)
-    np.testing.assert_allclose(outs.numpy(), [-1.0, -2.0])
 
 
 def test_full_newton_step_accepted_on_quadratic():

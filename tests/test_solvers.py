@@ -22,6 +22,7 @@ from warp_meshad._src.solve.solvers import (
     GradientDescentSolver,
     LBFGSSolver,
     NewtonCGSolver,
+    NewtonHooks,
     NewtonSolver,
     SolveResult,
 )
@@ -98,6 +99,51 @@ def test_quadratic_converges_in_one_newton_step(device):
     assert result.linear_solver == "scipy" and result.cudss_skipped_reason is None  # named, not picked by 'auto'
     assert result.steepest_descent_fallbacks == 0 and result.fallback_reasons == {}
     assert result.linear_converged == [True] and result.linear_solves_capped == 0
+
+
+def test_newton_hooks_run_in_order_and_steer_the_loop(device):
+    """The shells app's hooks: refresh before the derivatives, the line search's own trial energy (here rejecting its
+    first trial), the step bound after it, and an extra stop test on the direction."""
+    problem, K, rhs, x0 = quadratic_problem(seed=3, device=device)
+    order, points, trials = [], [], []
+
+    def before_derivatives(x):
+        order.append("before_derivatives")
+        points.append(x.numpy().copy())
+
+    def line_search_energy(x, d):
+        order.append("line_search_energy")
+
+        def energy(y):
+            trials.append(y.numpy().copy())
+            return float("inf") if len(trials) == 1 else problem.eval(y)
+
+        return energy
+
+    def step_bound(x, d):
+        order.append("step_bound")
+        return 1.0
+
+    def stop(x, d):
+        order.append("stop")
+        return "second_point" if len(points) == 2 else None
+
+    hooks = NewtonHooks(before_derivatives=before_derivatives, line_search_energy=line_search_energy, stop=stop)
+    solver = NewtonSolver(problem, linear_solver="scipy", project_hessian=False, shrink=0.5, step_bound_fn=step_bound,
+                          hooks=hooks)
+    result = solver.solve(x0, tolerance=0.0, gradient_tolerance=0.0, energy_tolerance=0.0)
+    assert order == ["before_derivatives", "stop", "line_search_energy", "step_bound", "before_derivatives", "stop"]
+    assert result.converged and result.reason == "second_point" and result.iterations == 1
+    assert result.step_sizes == [0.5] and result.line_search_tries == [2] and len(trials) == 2
+    x_half = x0.numpy() + 0.5 * (np.linalg.solve(K, rhs) - x0.numpy())  # half the exact Newton step
+    np.testing.assert_allclose(result.x.numpy(), x_half, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(points[0], x0.numpy())
+    np.testing.assert_allclose(points[1], x_half, rtol=1e-10, atol=1e-12)
+    assert result.time_ms["before_derivatives"] >= 0.0
+    plain = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, max_iterations=1)
+    assert "before_derivatives" not in plain.time_ms
+    with pytest.raises(TypeError, match="hooks: expected a NewtonHooks or None, got dict"):
+        NewtonSolver(problem, hooks={"stop": stop})
 
 
 def test_pins_never_move_and_free_part_is_optimal(device):

@@ -1,1 +1,11 @@
-"""solve: see the modules."""
+"""solve: minimizing a Problem's energy, and what the minimizers are built from.
+
+- ``solvers``: the one Newton-type loop (``_Driver.solve``) and its solvers (Newton / projected Newton, Gauss-Newton,
+  Newton-CG, L-BFGS, gradient descent), ``SolveResult``, and ``NewtonHooks`` (contact refresh, trial energy, stop test).
+- ``line_search``: Armijo backtracking with +inf/NaN rejection and an optional step bound (CCD).
+- ``linear``: the sparse linear back-ends behind ``LinearSolver`` (SciPy, QDLDL, Warp CG, CuPy, cuDSS, ``"auto"``).
+- ``constraints``: Dirichlet pins applied symmetrically to a BSR system and to block vectors.
+- ``vector_ops``: dot, norm, axpy, scale, linear combination on block vectors, and the diagonal add (damping).
+- ``implicit``: gradients through a minimization (one adjoint solve with the Hessian at the minimizer).
+- ``time_integration``: backward Euler steps as minimizations (inertia-gravity term, prediction, velocity update).
+"""

@@ -11,23 +11,11 @@ import numpy as np
 import warp as wp
 import warp.sparse as wps
 
+from warp_meshad._src.solve.linear import block_row_of
+
 __all__ = ["apply_dirichlet", "fixed_indices", "fixed_mask_from_indices", "zero_fixed_rows"]
 
 _MASK_DTYPES = (wp.int32, wp.uint8, wp.bool)
-
-
-@wp.func
-def _block_row_of(offsets: wp.array(dtype=int), nrow: int, k: int):
-    # binary search for the block row r with offsets[r] <= k < offsets[r + 1]
-    lo = int(0)
-    hi = nrow
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if offsets[mid] <= k:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 _matrix_kernels: dict = {}
@@ -56,7 +44,7 @@ def _matrix_kernel(block_type, mask_type):
             k = wp.tid()
             if k >= offsets[nrow]:
                 return
-            r = _block_row_of(offsets, nrow, k)
+            r = block_row_of(offsets, nrow, k)
             c = columns[k]
             if fixed[r] or fixed[c]:
                 if r == c:
@@ -78,7 +66,7 @@ def _matrix_kernel(block_type, mask_type):
             k = wp.tid()
             if k >= offsets[nrow]:
                 return
-            r = _block_row_of(offsets, nrow, k)
+            r = block_row_of(offsets, nrow, k)
             c = columns[k]
             if fixed[r] or fixed[c]:
                 if r == c:

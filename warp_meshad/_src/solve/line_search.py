@@ -1,7 +1,7 @@
 """Armijo backtracking line search on Warp arrays (TinyAD defaults: shrink 0.8, 64 tries, c = 1e-4).
 
-A trial point ``x + alpha d`` is written by a small Warp kernel into a preallocated buffer; its energy is accepted when
-``f(x + alpha d) <= f0 + c alpha (g . d)``. A trial energy that is +inf or NaN (an inverted element, a penetration) is
+A trial point ``x + alpha d`` is written by :func:`~warp_meshad._src.solve.vector_ops.axpy_into` into a preallocated
+buffer; its energy is accepted when ``f(x + alpha d) <= f0 + c alpha (g . d)``. A trial energy that is +inf or NaN (an inverted element, a penetration) is
 rejected like any other failed trial and the step shrinks. An optional ``step_bound_fn(x, d)`` caps the first step
 (continuous collision detection plugs in there).
 """
@@ -9,35 +9,13 @@ rejected like any other failed trial and the step shrinks. An optional ``step_bo
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import warp as wp
 
-__all__ = ["LineSearchResult", "armijo", "axpy_into"]
+from warp_meshad._src.solve.vector_ops import axpy_into
 
-
-@wp.kernel(enable_backward=False)
-def _axpy_into(x: wp.array(dtype=Any), d: wp.array(dtype=Any), alpha: Any, out: wp.array(dtype=Any)):
-    # one thread per variable: out = x + alpha * d
-    i = wp.tid()
-    out[i] = x[i] + alpha * d[i]
-
-
-def axpy_into(out: wp.array, x: wp.array, alpha: float, d: wp.array) -> wp.array:
-    """Write ``out = x + alpha * d`` with one Warp launch (``out`` may alias ``x``).
-
-    Args:
-        out: destination, shape ``[n]``, same dtype/device as ``x``.
-        x: shape ``[n]``, dtype a float scalar or ``vec{k}{f|d}``.
-        alpha: step length.
-        d: direction, same shape/dtype/device as ``x``.
-
-    Returns:
-        ``out``.
-    """
-    scalar = getattr(x.dtype, "_wp_scalar_type_", x.dtype)
-    wp.launch(_axpy_into, dim=x.shape[0], inputs=[x, d, scalar(alpha), out], device=x.device)
-    return out
+__all__ = ["LineSearchResult", "armijo"]
 
 
 class LineSearchResult(NamedTuple):

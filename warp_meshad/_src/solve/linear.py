@@ -55,6 +55,7 @@ __all__ = [
     "LinearSolver",
     "QdldlSolver",
     "ScipySolver",
+    "block_row_of",
     "make_linear_solver",
 ]
 
@@ -104,8 +105,9 @@ class LinearSolveInfo:
 
 
 @wp.func
-def _block_row_of(offsets: wp.array(dtype=int), nrow: int, k: int):
-    # binary search for the block row r with offsets[r] <= k < offsets[r + 1]
+def block_row_of(offsets: wp.array(dtype=int), nrow: int, k: int):
+    # block row r of the stored block k of a BSR matrix: binary search for offsets[r] <= k < offsets[r + 1]
+    # (shared with the Dirichlet kernels of constraints.py, which also run one thread per stored block)
     lo = int(0)
     hi = nrow
     while hi - lo > 1:
@@ -141,7 +143,7 @@ def _csr_indices_from_bsr(
     k = wp.tid()
     if k >= offsets[nrow]:
         return
-    r = _block_row_of(offsets, nrow, k)
+    r = block_row_of(offsets, nrow, k)
     beg = offsets[r]
     length = offsets[r + 1] - beg
     base = bs * bs * beg + (k - beg) * bs
@@ -163,7 +165,7 @@ def _csr_values_from_bsr(
     if k >= offsets[nrow]:
         return
     bs = block_values.shape[1]
-    r = _block_row_of(offsets, nrow, k)
+    r = block_row_of(offsets, nrow, k)
     beg = offsets[r]
     length = offsets[r + 1] - beg
     base = bs * bs * beg + (k - beg) * bs

@@ -9,10 +9,13 @@
 - :class:`LBFGSSolver`: limited-memory BFGS (two-loop recursion, history ``m``).
 - :class:`GradientDescentSolver`: steepest descent.
 
-All use Armijo backtracking (an energy of +inf or NaN rejects a trial), pin ``fixed`` variables (their gradient rows
-are zeroed and the Newton system gets symmetric Dirichlet rows), and stop on the first of: gradient norm <= tolerance,
-Newton decrement ``0.5 |d . g|`` < tolerance (Newton-type solvers, as TinyAD), relative energy change <=
-``energy_tolerance``, ``max_iterations``, a failed line search, or non-finite derivatives.
+All run one loop (``_Driver.solve``): derivatives, direction, Armijo backtracking (an energy of +inf or NaN rejects a
+trial). They pin ``fixed`` variables (their gradient rows are zeroed and the Newton system gets symmetric Dirichlet
+rows), and stop on the first of: gradient norm <= tolerance, Newton decrement ``0.5 |d . g|`` < tolerance (Newton-type
+solvers, as TinyAD), relative energy change <= ``energy_tolerance``, ``max_iterations``, a failed line search, or
+non-finite derivatives. :class:`NewtonHooks` plug problem-specific steps into that loop (contact pairs refreshed before
+the derivatives, a trial energy over swept pairs, an extra stop test: the shells app), and ``step_bound_fn`` caps the
+step (CCD).
 
 Where a direction cannot be used (it is not a descent direction, the linear solve failed, Newton-CG met negative
 curvature before any step) the iteration steps along ``-g`` instead, as TinyAD does. Such steepest-descent fallbacks
@@ -28,19 +31,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
 import warp as wp
-import warp.sparse as wps
 
 from warp_meshad._src.solve.constraints import apply_dirichlet, fixed_indices, fixed_mask_from_indices, zero_fixed_rows
-from warp_meshad._src.solve.line_search import armijo, axpy_into
+from warp_meshad._src.solve.line_search import armijo
 from warp_meshad._src.solve.linear import LinearSolveError, LinearSolver, make_linear_solver
+from warp_meshad._src.solve.vector_ops import add_to_diagonal, axpy_into, dot, lincomb_into, norm, scale_into
 
 __all__ = [
     "GaussNewtonSolver",
     "GradientDescentSolver",
     "LBFGSSolver",
     "NewtonCGSolver",
+    "NewtonHooks",
     "NewtonSolver",
     "SolveResult",
 ]
@@ -60,8 +63,10 @@ class SolveResult:
         newton_decrements: ``0.5 |d . g|`` per iteration (Newton-type solvers; empty for L-BFGS / GD).
         converged: True when a convergence test (gradient, decrement, energy change) stopped the solve.
         reason: why it stopped: ``"gradient_norm"``, ``"newton_decrement"``, ``"energy_change"``, ``"max_iterations"``,
-            ``"line_search_failed"``, ``"non_finite_energy"``, ``"non_finite_gradient"``, ``"callback"``.
-        time_ms: milliseconds per phase: ``derivatives``, ``linear_solve``, ``line_search``, ``total``.
+            ``"line_search_failed"``, ``"non_finite_energy"``, ``"non_finite_gradient"``, ``"callback"``, or the reason
+            returned by a :attr:`NewtonHooks.stop` hook.
+        time_ms: milliseconds per phase: ``derivatives``, ``linear_solve``, ``line_search``, ``total``, and
+            ``before_derivatives`` when that hook is set (:class:`NewtonHooks`).
         step_sizes: accepted line-search step per iteration.
         line_search_tries: energy evaluations of the line search per iteration.
         linear_iterations: iterations reported by the linear solver per iteration (CG iterations; 1 for direct; 0
@@ -111,98 +116,40 @@ class SolveResult:
             self.linear_solves_capped += 1
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Private kernels and vector helpers
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-@wp.kernel(enable_backward=False)
-def _scaled_copy(a: wp.array(dtype=Any), s: Any, out: wp.array(dtype=Any)):
-    # one thread per variable: out = s * a
-    i = wp.tid()
-    out[i] = s * a[i]
-
-
-@wp.kernel(enable_backward=False)
-def _lincomb(a: wp.array(dtype=Any), sa: Any, b: wp.array(dtype=Any), sb: Any, out: wp.array(dtype=Any)):
-    # one thread per variable: out = sa * a + sb * b
-    i = wp.tid()
-    out[i] = sa * a[i] + sb * b[i]
-
-
-def _scalar_of(arr: wp.array):
-    return getattr(arr.dtype, "_wp_scalar_type_", arr.dtype)
-
-
 def _scalar_type(problem):
     vt = problem.variable_type
     return getattr(problem, "dtype", None) or getattr(vt, "_wp_scalar_type_", vt)
 
 
-def _scale_into(out: wp.array, s: float, a: wp.array) -> wp.array:
-    wp.launch(_scaled_copy, dim=a.shape[0], inputs=[a, _scalar_of(a)(s), out], device=a.device)
-    return out
+@dataclass
+class NewtonHooks:
+    """Problem-specific steps plugged into the driver's loop (contact, CCD, an app's own stop test); all optional.
 
+    The loop of every solver, with the hooks where they run::
 
-def _lincomb_into(out: wp.array, sa: float, a: wp.array, sb: float, b: wp.array) -> wp.array:
-    scalar = _scalar_of(a)
-    wp.launch(_lincomb, dim=a.shape[0], inputs=[a, scalar(sa), b, scalar(sb), out], device=a.device)
-    return out
+        before_derivatives(x)                 # e.g. find the contact pairs at x
+        f, g (, H) = derivatives at x
+        d = direction (linear solve)
+        stop(x, d) -> reason or None          # only for the solver's own direction, not a -g fallback
+        energy_fn = line_search_energy(x, d)  # once per line search, before the step bound
+        alpha = Armijo on energy_fn from min(1, step_bound_fn(x, d))
 
+    The step bound (continuous collision detection) is the solvers' ``step_bound_fn`` argument.
 
-def _dot(a: wp.array, b: wp.array) -> float:
-    return float(wp.utils.array_inner(a, b))
+    Attributes:
+        before_derivatives: ``(x) -> None``, called at every point before its derivatives are evaluated (also before
+            the gradient-only evaluation at ``max_iterations``). Its time is ``SolveResult.time_ms["before_derivatives"]``.
+        line_search_energy: ``(x, d) -> energy_fn`` with ``energy_fn(y) -> float``, called once per line search with
+            the point and the direction; the line search evaluates ``energy_fn`` at its trial points ``y = x + alpha d``
+            (default ``problem.eval``). Its time counts in ``time_ms["line_search"]``.
+        stop: ``(x, d) -> str | None``, called after the solver computed its direction ``d`` at ``x`` (not when it
+            falls back to ``-g``); a returned string stops the solve as converged with that ``reason``, before the
+            descent test and the Newton decrement. Its time counts in ``time_ms["total"]`` only.
+    """
 
-
-def _norm(a: wp.array) -> float:
-    v = _dot(a, a)
-    return math.sqrt(v) if v >= 0.0 else float("nan")
-
-
-_diag_kernels: dict = {}
-
-
-def _diag_add_kernel(block_type):
-    if block_type in _diag_kernels:
-        return _diag_kernels[block_type]
-    scalar = getattr(block_type, "_wp_scalar_type_", block_type)
-    if scalar == block_type:
-
-        def _add_to_diagonal(offsets: wp.array(dtype=int), columns: wp.array(dtype=int), nrow: int, value: scalar,
-                             values: wp.array(dtype=block_type)):
-            # one thread per block row: adds value to its diagonal entry when stored
-            r = wp.tid()
-            for k in range(offsets[r], offsets[r + 1]):
-                if columns[k] == r:
-                    values[k] = values[k] + value
-
-    else:
-        bs = block_type._shape_[0]
-
-        def _add_to_diagonal(offsets: wp.array(dtype=int), columns: wp.array(dtype=int), nrow: int, value: scalar,
-                             values: wp.array(dtype=block_type)):
-            # one thread per block row: adds value * I to its diagonal block when stored
-            r = wp.tid()
-            for k in range(offsets[r], offsets[r + 1]):
-                if columns[k] == r:
-                    values[k] = values[k] + wp.identity(n=bs, dtype=scalar) * value
-
-    kernel = wp.kernel(_add_to_diagonal, enable_backward=False, module="unique")
-    _diag_kernels[block_type] = kernel
-    return kernel
-
-
-def _add_to_diagonal(A: wps.BsrMatrix, value: float) -> None:
-    wp.launch(
-        _diag_add_kernel(A.values.dtype),
-        dim=A.nrow,
-        inputs=[A.offsets, A.columns, A.nrow, A.scalar_type(value), A.values],
-        device=A.device,
-    )
-
-
-def _now() -> float:
-    return time.perf_counter()
+    before_derivatives: Callable[[wp.array], None] | None = None
+    line_search_energy: Callable[[wp.array, wp.array], Callable[[wp.array], float]] | None = None
+    stop: Callable[[wp.array, wp.array], str | None] | None = None
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -223,6 +170,7 @@ class _Driver:
         max_line_search_tries: int = 64,
         armijo_c: float = 1e-4,
         step_bound_fn: Callable[[wp.array, wp.array], float] | None = None,
+        hooks: NewtonHooks | None = None,
     ):
         for attr in ("variable_count", "variable_type", "device", "eval", "eval_with_gradient"):
             if not hasattr(problem, attr):
@@ -232,6 +180,9 @@ class _Driver:
         self.max_line_search_tries = int(max_line_search_tries)
         self.armijo_c = float(armijo_c)
         self.step_bound_fn = step_bound_fn
+        if hooks is not None and not isinstance(hooks, NewtonHooks):
+            raise TypeError(f"hooks: expected a NewtonHooks or None, got {type(hooks).__name__}")
+        self.hooks = hooks if hooks is not None else NewtonHooks()
         n = problem.variable_count
         self.fixed_indices = fixed_indices(fixed)
         self.fixed_mask = (
@@ -262,6 +213,11 @@ class _Driver:
             raise TypeError(f"x: expected dtype {wp.types.type_repr(p.variable_type)}, got {wp.types.type_repr(x.dtype)}")
         if x.device != p.device:
             raise ValueError(f"x: expected device {p.device}, got {x.device}")
+
+    def _now(self) -> float:
+        """``time.perf_counter()`` once the device's queued work is done, so a CUDA phase timer counts its kernels."""
+        wp.synchronize_device(self.problem.device)
+        return time.perf_counter()
 
     def _keep_gradient(self, g_problem: wp.array) -> wp.array:
         g = self._buf("g")
@@ -302,7 +258,7 @@ class _Driver:
         if not tolerance >= 0.0 or not energy_tolerance >= 0.0:
             raise ValueError(f"tolerance, energy_tolerance: expected >= 0, got {tolerance}, {energy_tolerance}")
         gtol = float(tolerance if gradient_tolerance is None else gradient_tolerance)
-        t_start = _now()
+        t_start = self._now()
         self._alloc("x", "trial", "g", "d")
         xk = self._buf("x")
         wp.copy(xk, x)
@@ -311,11 +267,18 @@ class _Driver:
         result.linear_solver = getattr(backend, "name", None)
         result.cudss_skipped_reason = getattr(backend, "cudss_skipped_reason", None)
         times = result.time_ms
+        hooks = self.hooks
+        if hooks.before_derivatives is not None:
+            times["before_derivatives"] = 0.0
         self._start(xk)
 
         f = None
         for it in range(int(max_iterations) + 1):
-            t0 = _now()
+            if hooks.before_derivatives is not None:
+                t0 = self._now()
+                hooks.before_derivatives(xk)
+                times["before_derivatives"] += (self._now() - t0) * 1000.0
+            t0 = self._now()
             try:
                 if it == int(max_iterations) and it > 0:
                     # past the cap only the gradient norm is reported: no Hessian for a step never taken
@@ -323,19 +286,19 @@ class _Driver:
                 else:
                     f_eval, g = self._derivatives(xk)
             except _StopSolve as stop:
-                times["derivatives"] += (_now() - t0) * 1000.0
+                times["derivatives"] += (self._now() - t0) * 1000.0
                 result.reason = stop.reason
                 if f is None:
                     result.energies.append(float(stop.energy) if stop.energy is not None else float("nan"))
                 break
-            times["derivatives"] += (_now() - t0) * 1000.0
+            times["derivatives"] += (self._now() - t0) * 1000.0
             if f is None:
                 f = f_eval
                 result.energies.append(f)
             if not math.isfinite(f):
                 result.reason = "non_finite_energy"
                 break
-            gnorm = _norm(g)
+            gnorm = norm(g)
             result.gradient_norms.append(gnorm)
             if not math.isfinite(gnorm):
                 result.reason = "non_finite_gradient"
@@ -347,20 +310,25 @@ class _Driver:
                 result.reason = "max_iterations"
                 break
 
-            t0 = _now()
+            t0 = self._now()
             try:
                 fallback = self._direction(xk, g, result)
             except LinearSolveError:
                 fallback = "linear_solve_failed"
-            times["linear_solve"] += (_now() - t0) * 1000.0
+            times["linear_solve"] += (self._now() - t0) * 1000.0
             d = self._buf("d")
+            if fallback is None and hooks.stop is not None:
+                reason = hooks.stop(xk, d)
+                if reason:
+                    result.converged, result.reason = True, str(reason)
+                    break
             if fallback is None:
-                dd = _dot(g, d)
+                dd = dot(g, d)
                 if not math.isfinite(dd) or dd >= 0.0:  # indefinite Hessian, bad curvature pair, NaN solution
                     fallback = "not_descent_direction"
             if fallback is not None:
                 # the direction cannot be used: steepest descent this iteration, counted in the result
-                _scale_into(d, -1.0, g)
+                scale_into(d, -1.0, g)
                 dd = -gnorm * gnorm
                 result._fall_back(fallback)
                 self._on_fallback()
@@ -371,9 +339,10 @@ class _Driver:
                     result.converged, result.reason = True, "newton_decrement"
                     break
 
-            t0 = _now()
+            t0 = self._now()
+            energy_fn = self.problem.eval if hooks.line_search_energy is None else hooks.line_search_energy(xk, d)
             ls = armijo(
-                self.problem.eval,
+                energy_fn,
                 xk,
                 d,
                 f,
@@ -385,7 +354,7 @@ class _Driver:
                 step_bound_fn=self.step_bound_fn,
                 out=self._buf("trial"),
             )
-            times["line_search"] += (_now() - t0) * 1000.0
+            times["line_search"] += (self._now() - t0) * 1000.0
             result.iterations += 1
             result.line_search_tries.append(ls.tries)
             result.step_sizes.append(ls.alpha)
@@ -406,7 +375,7 @@ class _Driver:
                 break
 
         result.x = wp.clone(xk)
-        times["total"] = (_now() - t_start) * 1000.0
+        times["total"] = (self._now() - t_start) * 1000.0
         return result
 
     # -- hooks ------------------------------------------------------------------------------------------------------
@@ -470,6 +439,8 @@ class NewtonSolver(_Driver):
         linear_solver_options: keyword options for :func:`~warp_meshad._src.solve.linear.make_linear_solver`.
         step_bound_fn: optional ``(x, d) -> float`` capping the line-search step (CCD).
         shrink, max_line_search_tries, armijo_c: Armijo settings (TinyAD defaults 0.8, 64, 1e-4).
+        hooks: optional :class:`NewtonHooks` (contact pairs refreshed before the derivatives, the line search's trial
+            energy, an extra stop test).
     """
 
     uses_newton_decrement = True
@@ -487,8 +458,9 @@ class NewtonSolver(_Driver):
         shrink: float = 0.8,
         max_line_search_tries: int = 64,
         armijo_c: float = 1e-4,
+        hooks: NewtonHooks | None = None,
     ):
-        super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn)
+        super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn, hooks)
         _check_projection(projection)
         self.project_hessian = bool(project_hessian)
         self.projection = projection
@@ -513,7 +485,7 @@ class NewtonSolver(_Driver):
     def _direction(self, x, g, result):
         H = self._H
         rhs = self._buf_rhs()
-        _scale_into(rhs, -1.0, g)
+        scale_into(rhs, -1.0, g)
         if self.fixed_mask is not None:
             apply_dirichlet(H, rhs, self.fixed_mask)
         d = self._buf("d")
@@ -577,7 +549,7 @@ class GaussNewtonSolver(NewtonSolver):
     def _hessian(self, x):
         f, g, H = self.problem.eval_gauss_newton(x)
         if self.damping > 0.0:
-            _add_to_diagonal(H, self.damping)
+            add_to_diagonal(H, self.damping)
         return f, g, H
 
 
@@ -637,15 +609,15 @@ class NewtonCGSolver(_Driver):
         self._alloc("cg_r", "cg_p", "cg_hp")
         d, r, p, hp = self._buf("d"), self._buf("cg_r"), self._buf("cg_p"), self._buf("cg_hp")
         d.zero_()
-        _scale_into(r, -1.0, g)  # r = -g - H d with d = 0
+        scale_into(r, -1.0, g)  # r = -g - H d with d = 0
         wp.copy(p, r)
-        rr = _dot(r, r)
+        rr = dot(r, r)
         gnorm = math.sqrt(rr)
         tol = min(self.forcing, math.sqrt(gnorm)) * gnorm
         iterations, stopped = 0, False  # stopped: at the tolerance or at non-positive curvature (not at the cap)
         for iterations in range(1, self.cg_maxiter + 1):
             self._hvp(x, p, hp)
-            curvature = _dot(p, hp)
+            curvature = dot(p, hp)
             if not math.isfinite(curvature):
                 result._linear_solve(iterations, False, failed=True)
                 return "linear_solve_failed"
@@ -655,11 +627,11 @@ class NewtonCGSolver(_Driver):
             alpha = rr / curvature
             axpy_into(d, d, alpha, p)
             axpy_into(r, r, -alpha, hp)
-            rr_new = _dot(r, r)
+            rr_new = dot(r, r)
             if math.sqrt(rr_new) <= tol:
                 stopped = True
                 break
-            _lincomb_into(p, 1.0, r, rr_new / rr, p)
+            lincomb_into(p, 1.0, r, rr_new / rr, p)
             rr = rr_new
         result._linear_solve(iterations, stopped)
         return None
@@ -719,12 +691,12 @@ class LBFGSSolver(_Driver):
             # new curvature pair from the step just accepted: s = x_new - x_old (stored in _accepted), y = g - g_prev
             slot = self._pending_slot
             y = self._y[slot]
-            _lincomb_into(y, 1.0, g, -1.0, self._g_prev)
+            lincomb_into(y, 1.0, g, -1.0, self._g_prev)
             s = self._s[slot]
-            sy = _dot(s, y)
-            if math.isfinite(sy) and sy > 1e-12 * _norm(s) * _norm(y):
+            sy = dot(s, y)
+            if math.isfinite(sy) and sy > 1e-12 * norm(s) * norm(y):
                 self._pairs = [pr for pr in self._pairs if pr[0] != slot]
-                self._pairs.append((slot, 1.0 / sy, sy / _dot(y, y)))
+                self._pairs.append((slot, 1.0 / sy, sy / dot(y, y)))
                 if len(self._pairs) > self.history:
                     self._pairs.pop(0)
                 self._next_slot = (slot + 1) % self.history
@@ -735,26 +707,26 @@ class LBFGSSolver(_Driver):
         wp.copy(self._buf("g_prev"), g)
         self._g_prev = self._buf("g_prev")
         if not self._pairs:
-            _scale_into(d, -self.initial_step / max(_norm(g), 1e-300), g)
+            scale_into(d, -self.initial_step / max(norm(g), 1e-300), g)
             return None
         # two-loop recursion on q = -g, result in d
-        _scale_into(d, -1.0, g)
+        scale_into(d, -1.0, g)
         alphas = []
         for slot, rho, _ in reversed(self._pairs):
-            a = rho * _dot(self._s[slot], d)
+            a = rho * dot(self._s[slot], d)
             alphas.append(a)
             axpy_into(d, d, -a, self._y[slot])
         gamma = self._pairs[-1][2]
-        _scale_into(d, gamma, d)
+        scale_into(d, gamma, d)
         for (slot, rho, _), a in zip(self._pairs, reversed(alphas)):
-            b = rho * _dot(self._y[slot], d)
+            b = rho * dot(self._y[slot], d)
             axpy_into(d, d, a - b, self._s[slot])
         return None
 
     def _accepted(self, x_old, x_new, alpha):
         slot = self._next_slot
         self._pairs = [pr for pr in self._pairs if pr[0] != slot]  # its s is about to be overwritten
-        _lincomb_into(self._s[slot], 1.0, x_new, -1.0, x_old)
+        lincomb_into(self._s[slot], 1.0, x_new, -1.0, x_old)
         self._pending_slot = slot
 
     def _on_fallback(self):
@@ -787,7 +759,7 @@ class GradientDescentSolver(_Driver):
         self.step = float(step)
 
     def _direction(self, x, g, result):
-        _scale_into(self._buf("d"), -1.0, g)
+        scale_into(self._buf("d"), -1.0, g)
         return None
 
     def _max_step(self) -> float:

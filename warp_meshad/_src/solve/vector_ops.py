@@ -1,0 +1,157 @@
+"""Vector operations of the solvers on Warp block vectors, and the one matrix update they need.
+
+A block vector is a ``wp.array`` of shape ``[n]`` whose dtype is a float scalar or ``vec{k}{f|d}`` (a problem's
+variables, gradients, directions). Results written into ``out`` use one Warp launch on the arrays' device; ``out``
+may alias an input. :func:`dot` and :func:`norm` return host floats (they synchronize). :func:`add_to_diagonal` adds
+``value * I`` to the stored diagonal blocks of a :class:`warp.sparse.BsrMatrix` (Levenberg damping).
+
+Every solver, the line search and the benchmarks use these; none keeps a private copy.
+"""
+
+import math
+from typing import Any
+
+import warp as wp
+import warp.sparse as wps
+
+__all__ = ["add_to_diagonal", "axpy_into", "dot", "lincomb_into", "norm", "scale_into"]
+
+
+@wp.kernel(enable_backward=False, module="unique")
+def _axpy_into(x: wp.array(dtype=Any), d: wp.array(dtype=Any), alpha: Any, out: wp.array(dtype=Any)):
+    # one thread per variable: out = x + alpha * d
+    i = wp.tid()
+    out[i] = x[i] + alpha * d[i]
+
+
+@wp.kernel(enable_backward=False, module="unique")
+def _scaled_copy(a: wp.array(dtype=Any), s: Any, out: wp.array(dtype=Any)):
+    # one thread per variable: out = s * a
+    i = wp.tid()
+    out[i] = s * a[i]
+
+
+@wp.kernel(enable_backward=False, module="unique")
+def _lincomb(a: wp.array(dtype=Any), sa: Any, b: wp.array(dtype=Any), sb: Any, out: wp.array(dtype=Any)):
+    # one thread per variable: out = sa * a + sb * b
+    i = wp.tid()
+    out[i] = sa * a[i] + sb * b[i]
+
+
+def _scalar_of(arr: wp.array):
+    return getattr(arr.dtype, "_wp_scalar_type_", arr.dtype)
+
+
+def axpy_into(out: wp.array, x: wp.array, alpha: float, d: wp.array) -> wp.array:
+    """Write ``out = x + alpha * d`` (``out`` may alias ``x``).
+
+    Args:
+        out: destination, shape ``[n]``, same dtype/device as ``x``.
+        x: shape ``[n]``, dtype a float scalar or ``vec{k}{f|d}``.
+        alpha: step length.
+        d: direction, same shape/dtype/device as ``x``.
+
+    Returns:
+        ``out``.
+    """
+    wp.launch(_axpy_into, dim=x.shape[0], inputs=[x, d, _scalar_of(x)(alpha), out], device=x.device)
+    return out
+
+
+def scale_into(out: wp.array, s: float, a: wp.array) -> wp.array:
+    """Write ``out = s * a`` (``out`` may alias ``a``).
+
+    Args:
+        out: destination, same shape/dtype/device as ``a``.
+        s: scale factor.
+        a: shape ``[n]``, dtype a float scalar or ``vec{k}{f|d}``.
+
+    Returns:
+        ``out``.
+    """
+    wp.launch(_scaled_copy, dim=a.shape[0], inputs=[a, _scalar_of(a)(s), out], device=a.device)
+    return out
+
+
+def lincomb_into(out: wp.array, sa: float, a: wp.array, sb: float, b: wp.array) -> wp.array:
+    """Write ``out = sa * a + sb * b`` (``out`` may alias ``a`` or ``b``).
+
+    Args:
+        out: destination, same shape/dtype/device as ``a``.
+        sa, sb: coefficients.
+        a, b: shape ``[n]``, same dtype (a float scalar or ``vec{k}{f|d}``) and device.
+
+    Returns:
+        ``out``.
+    """
+    scalar = _scalar_of(a)
+    wp.launch(_lincomb, dim=a.shape[0], inputs=[a, scalar(sa), b, scalar(sb), out], device=a.device)
+    return out
+
+
+def dot(a: wp.array, b: wp.array) -> float:
+    """``sum_i a[i] . b[i]`` over all scalar components, as a host float.
+
+    Args:
+        a, b: shape ``[n]``, same dtype (a float scalar or ``vec{k}{f|d}``) and device.
+    """
+    return float(wp.utils.array_inner(a, b))
+
+
+def norm(a: wp.array) -> float:
+    """Euclidean norm of all scalar components of ``a`` (NaN when ``a . a`` is NaN or negative), as a host float.
+
+    Args:
+        a: shape ``[n]``, dtype a float scalar or ``vec{k}{f|d}``.
+    """
+    v = dot(a, a)
+    return math.sqrt(v) if v >= 0.0 else float("nan")
+
+
+_diag_kernels: dict = {}
+
+
+def _diag_add_kernel(block_type):
+    if block_type in _diag_kernels:
+        return _diag_kernels[block_type]
+    scalar = getattr(block_type, "_wp_scalar_type_", block_type)
+    if scalar == block_type:
+
+        def _add_to_diagonal(offsets: wp.array(dtype=int), columns: wp.array(dtype=int), nrow: int, value: scalar,
+                             values: wp.array(dtype=block_type)):
+            # one thread per block row: adds value to its diagonal entry when stored
+            r = wp.tid()
+            for k in range(offsets[r], offsets[r + 1]):
+                if columns[k] == r:
+                    values[k] = values[k] + value
+
+    else:
+        bs = block_type._shape_[0]
+
+        def _add_to_diagonal(offsets: wp.array(dtype=int), columns: wp.array(dtype=int), nrow: int, value: scalar,
+                             values: wp.array(dtype=block_type)):
+            # one thread per block row: adds value * I to its diagonal block when stored
+            r = wp.tid()
+            for k in range(offsets[r], offsets[r + 1]):
+                if columns[k] == r:
+                    values[k] = values[k] + wp.identity(n=bs, dtype=scalar) * value
+
+    kernel = wp.kernel(_add_to_diagonal, enable_backward=False, module="unique")
+    _diag_kernels[block_type] = kernel
+    return kernel
+
+
+def add_to_diagonal(A: wps.BsrMatrix, value: float) -> None:
+    """Add ``value`` (``value * I`` for square blocks) to every stored diagonal block of ``A``, in place.
+
+    Args:
+        A: square BSR matrix of ``k x k`` (or scalar) blocks, float32/float64; rows without a stored diagonal block
+            are left as they are.
+        value: the amount added to each diagonal coefficient.
+    """
+    wp.launch(
+        _diag_add_kernel(A.values.dtype),
+        dim=A.nrow,
+        inputs=[A.offsets, A.columns, A.nrow, A.scalar_type(value), A.values],
+        device=A.device,
+    )
