@@ -10,8 +10,10 @@ The system is one implicit-Euler step of a cloth-like sheet: structural and shea
 ``k/2 (|xa - xb| - L)^2`` (per-element PSD projection) plus inertia ``m / (2 h^2) |x - y|^2``, with two pinned
 corners (symmetric Dirichlet rows). For every linear back-end (cuDSS via nvmath-python, CuPy spsolve, Warp PCG with
 block-Jacobi; SciPy on CPU) it records analysis (first call: pattern conversion, reordering, symbolic factorization),
-numeric factorization and solve times, checks that all back-ends reach the same answer, then times a whole Newton
-step: derivatives (assembly), constraints, linear solve, line search.
+numeric factorization and solve times, checks that all back-ends reach the same answer, then times one iteration of
+the shared driver (``wm.NewtonSolver``, projected Newton, the two corners pinned) by its own phase timers:
+derivatives (assembly), linear solve (of which constraints: ``rhs = -g`` and the Dirichlet pins; the back-end's
+analysis, factorization and solve), line search.
 
 CuPy's spsolve is cuSOLVER's sparse QR (``csrlsvqr``), whose fill-in makes it impractical on millions of unknowns, so
 by default it runs on a smaller grid (``--cupy-grid``), where cuDSS and PCG run too for a same-system comparison.
@@ -21,7 +23,6 @@ Missing optional packages (nvmath-python/cuDSS, CuPy) are reported in the output
 import argparse
 import datetime
 import json
-import math
 import pathlib
 import statistics
 import time
@@ -144,12 +145,12 @@ class Recorder:
 def _newton_system(problem, x, mask):
     """Assemble H, rhs = -g with Dirichlet pins; returns (f, g copy, H, rhs)."""
     from warp_meshad._src.solve.constraints import apply_dirichlet
-    from warp_meshad._src.solve.solvers import _scale_into
+    from warp_meshad._src.solve.vector_ops import scale_into
 
     f, g, H = problem.eval_with_hessian_proj(x)
     g_keep = wp.clone(g)
     rhs = wp.empty_like(g)
-    _scale_into(rhs, -1.0, g)
+    scale_into(rhs, -1.0, g)
     apply_dirichlet(H, rhs, mask)
     wp.synchronize_device(problem.device)
     return f, g_keep, H, rhs
@@ -229,79 +230,78 @@ def bench_linear(rec: Recorder, grid: int, device, backends, runs: int, cg_tol: 
     return problem, x, pinned
 
 
+def _recording(backend):
+    """``backend`` wrapped so that each solve's :class:`~warp_meshad.LinearSolveInfo` and wall time are kept."""
+    import warp_meshad as wm
+
+    class Recording(wm.LinearSolver):
+        name = backend.name
+        cudss_skipped_reason = backend.cudss_skipped_reason
+
+        def __init__(self):
+            super().__init__()
+            self.infos, self.wall_ms = [], []
+
+        def solve(self, A, b, x):
+            t = time.perf_counter()
+            info = backend.solve(A, b, x)
+            wp.synchronize_device(A.device)
+            self.wall_ms.append(1000.0 * (time.perf_counter() - t))
+            self.infos.append(info)
+            return info
+
+    return Recording()
+
+
 def bench_newton_step(rec: Recorder, problem, x, pinned, backends, runs: int, cg_tol: float):
-    """A whole projected-Newton step, split in phases, with each back-end."""
-    from warp_meshad._src.solve.constraints import apply_dirichlet, fixed_mask_from_indices
-    from warp_meshad._src.solve.line_search import armijo
-    from warp_meshad._src.solve.solvers import _dot, _scale_into
+    """One projected-Newton iteration of the shared driver, from the same point each run, split in the driver's
+    phases, with each back-end."""
+    import warp_meshad as wm
 
-    device = problem.device
     n = problem.variable_count
-    mask = fixed_mask_from_indices(pinned, n, device)
-    g = wp.empty_like(x)
-    rhs = wp.empty_like(x)
-    d = wp.empty_like(x)
-    trial = wp.empty_like(x)
-
-    def sync_ms(t):
-        wp.synchronize_device(device)
-        return 1000.0 * (time.perf_counter() - t)
-
-    for name, solver in _make_backends(backends, cg_tol).items():
+    for name, backend in _make_backends(backends, cg_tol).items():
         method = f"newton_step_{name}"
-        if isinstance(solver, Exception):
-            rec.add(method, n, [], error=f"{type(solver).__name__}: {solver}")
+        if isinstance(backend, Exception):
+            rec.add(method, n, [], error=f"{type(backend).__name__}: {backend}")
             continue
+        recording = _recording(backend)
+        solver = wm.NewtonSolver(problem, linear_solver=recording, fixed=pinned)
         phases = {k: [] for k in ("derivatives_ms", "constraints_ms", "analysis_ms", "factor_ms", "solve_ms",
                                   "linear_solve_ms", "line_search_ms")}
-        totals, energies = [], []
+        totals = []
         try:
             for run in range(runs + 1):  # run 0 warms up (kernel compilation, symbolic analysis)
-                t_step = time.perf_counter()
-                t = time.perf_counter()
-                f, g_p, H = problem.eval_with_hessian_proj(x)
-                wp.copy(g, g_p)
-                derivatives = sync_ms(t)
-                t = time.perf_counter()
-                _scale_into(rhs, -1.0, g)
-                apply_dirichlet(H, rhs, mask)
-                constraints = sync_ms(t)
-                t = time.perf_counter()
-                d.zero_()
-                info = solver.solve(H, rhs, d)
-                linear = sync_ms(t)
-                t = time.perf_counter()
-                ls = armijo(problem.eval, x, d, f, _dot(g, d), out=trial)
-                line_search = sync_ms(t)
-                total = sync_ms(t_step)
+                # one iteration: the callback stops the solve after its first accepted step (no further evaluation)
+                result = solver.solve(x, max_iterations=1, tolerance=0.0, gradient_tolerance=0.0,
+                                      energy_tolerance=0.0, callback=lambda *_: True)
+                t, info = result.time_ms, recording.infos[-1]
                 if run == 0:
-                    first_total = total
-                    first_analysis = info.analysis_ms
+                    first_total, first_analysis = t["total"], info.analysis_ms
                     continue
-                for key, value in (("derivatives_ms", derivatives), ("constraints_ms", constraints),
+                for key, value in (("derivatives_ms", t["derivatives"]),
+                                   ("constraints_ms", t["linear_solve"] - recording.wall_ms[-1]),
                                    ("analysis_ms", info.analysis_ms), ("factor_ms", info.factor_ms),
-                                   ("solve_ms", info.solve_ms), ("linear_solve_ms", linear),
-                                   ("line_search_ms", line_search)):
+                                   ("solve_ms", info.solve_ms), ("linear_solve_ms", t["linear_solve"]),
+                                   ("line_search_ms", t["line_search"])):
                     phases[key].append(value)
-                totals.append(total)
-                energies.append((f, ls.f_new, ls.alpha, ls.tries))
+                totals.append(t["total"])
         except Exception as exc:
             rec.add(method, n, [], error=f"{type(exc).__name__}: {exc}")
             traceback.print_exc()
             continue
-        f0, f1, alpha, tries = energies[-1]
         rec.add(
             method,
             n,
             totals,
-            backend=solver.name,
+            backend=backend.name,
             first_step_ms=first_total,
             first_analysis_ms=first_analysis,
             **{k: statistics.median(v) for k, v in phases.items()},
-            energy_before=f0,
-            energy_after=f1,
-            step_size=alpha,
-            line_search_tries=tries,
+            energy_before=result.energies[0],
+            energy_after=result.energies[-1],
+            step_size=result.step_sizes[0] if result.step_sizes else 0.0,
+            line_search_tries=result.line_search_tries[0] if result.line_search_tries else 0,
+            reason=result.reason,
         )
 
 
