@@ -43,7 +43,7 @@ class ParamConfig(AppConfig):
 
     Attributes:
         mesh: a disk-topology triangle mesh (one boundary loop; default: woody.obj).
-        dtype: ``"float64"`` (the symmetric Dirichlet energy is float64).
+        dtype: ``"float64"`` (the app solves in float64).
         solver: ``"newton"`` (projected Newton, assembled Hessian, ``linear_solver``) or ``"lbfgs"``.
         steps: rounds of at most ``iterations`` solver iterations (the viewer redraws after each); a round after
             convergence takes no step.
@@ -148,9 +148,8 @@ class App(_AppBase):
         self.uv0 = uv
         self.uv = wp.array(uv, dtype=wp.vec2d, device=dev)
 
-        data = SymmetricDirichletData()
-        data.rest_inverse = wp.array(self.rest_inverse, dtype=wp.mat22d, device=dev)
-        data.area = wp.array(mesh.face_areas(), dtype=wp.float64, device=dev)
+        data = SymmetricDirichletData(wp.float64, rest_inverse=wp.array(self.rest_inverse, dtype=wp.mat22d, device=dev),
+                                      area=wp.array(mesh.face_areas(), dtype=wp.float64, device=dev))
         self.problem = wm.Problem(mesh.vertex_count, 2, wp.float64, dev)
         self.problem.add_term(mesh.faces, symmetric_dirichlet, data, name="symmetric_dirichlet")
         if c.solver == "newton":

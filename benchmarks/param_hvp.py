@@ -25,8 +25,7 @@ Correctness first: every method's H v is compared with ``warp_meshad``'s (relati
 1e-9 in float64) before anything is timed. torch and jax are optional: where they do not import they are skipped with
 a message.
 
-The built-in ``symmetric_dirichlet`` takes float64 data (``SymmetricDirichletData``); float32 runs use
-:func:`symmetric_dirichlet_f32` with :class:`SymmetricDirichletDataF`, the same formula with float32 data.
+Both dtypes run the built-in ``symmetric_dirichlet`` with ``SymmetricDirichletData`` made for the run's dtype.
 """
 
 from __future__ import annotations
@@ -34,35 +33,15 @@ from __future__ import annotations
 import argparse
 import os
 import traceback
-from typing import Any
 
 import numpy as np
 import warp as wp
 
 from benchmarks.common import setup_run, time_checked, time_host, time_torch, time_warp, write
-from warp_meshad.kernels import ad
 
 NAME = "param_hvp"
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9}  # relative Frobenius error allowed against warp_meshad
 ALL = ["warp_meshad", "warp_meshad_assembled", "warp_meshad_assemble_spmv", "jax", "torch"]
-
-
-@wp.struct
-class SymmetricDirichletDataF:
-    """float32 version of ``SymmetricDirichletData``: rest_inverse D_m^-1 per face (wp.mat22f), area A_f (float32)."""
-
-    rest_inverse: wp.array(dtype=wp.mat22f)
-    area: wp.array(dtype=wp.float32)
-
-
-@wp.func
-def symmetric_dirichlet_f32(f: int, u0: Any, u1: Any, u2: Any, data: SymmetricDirichletDataF):
-    """A_f (|J|_F^2 + |J^-1|_F^2) with J = [u1 - u0, u2 - u0] D_m^-1; +inf when det J <= 0 (float32)."""
-    jac = ad.mat22_cols(u1 - u0, u2 - u0) * data.rest_inverse[f]
-    det = ad.det(jac)
-    fro = ad.frobenius_sq(jac)
-    energy = data.area[f] * (fro + fro / (det * det))
-    return ad.where(det > 0.0, energy, wp.float32(wp.inf))
 
 
 def sd_energy(u, faces, rinv, area, where):
@@ -114,20 +93,18 @@ class Case:
 
 
 def _problem(case: Case, deterministic: bool = False):
-    """One symmetric Dirichlet term over the faces (built-in energy in float64, the float32 copy in float32)."""
+    """One symmetric Dirichlet term over the faces, its data of the case's dtype."""
     import warp_meshad as wm
     from warp_meshad.kernels.energies import SymmetricDirichletData, symmetric_dirichlet
 
-    dev = case.device
-    if case.dtype == "float64":
-        data, energy = SymmetricDirichletData(), symmetric_dirichlet
-        data.rest_inverse = wp.array(case.rinv_np, dtype=wp.mat22d, device=dev)
-    else:
-        data, energy = SymmetricDirichletDataF(), symmetric_dirichlet_f32
-        data.rest_inverse = wp.array(case.rinv_np, dtype=wp.mat22f, device=dev)
-    data.area = wp.array(case.area_np, dtype=case.wp_scalar, device=dev)
-    problem = wm.Problem(case.vertex_count, 2, dtype=case.wp_scalar, device=dev, deterministic=deterministic)
-    problem.add_term(case.mesh.faces, energy, data)
+    dev, dtype = case.device, case.wp_scalar
+    data = SymmetricDirichletData(
+        dtype,
+        rest_inverse=wp.array(case.rinv_np, dtype=wp.types.matrix((2, 2), dtype), device=dev),
+        area=wp.array(case.area_np, dtype=dtype, device=dev),
+    )
+    problem = wm.Problem(case.vertex_count, 2, dtype=dtype, device=dev, deterministic=deterministic)
+    problem.add_term(case.mesh.faces, symmetric_dirichlet, data)
     return problem, data
 
 

@@ -113,9 +113,11 @@ def term_problems():
         data = en.MassSpringData(wp.float32, rest=rest, stiffness=2.0)
         out.append((f"mass_spring_float32{tag}", p, p.add_term(elements=tri.edges, energy=en.mass_spring, data=data)))
         p = wm.Problem(tri.vertex_count, 2, wp.float64, device="cpu", deterministic=det)
-        data = en.SymmetricDirichletData()
-        data.rest_inverse = wp.array(np.tile(np.eye(2), (tri.face_count, 1, 1)), dtype=wp.mat22d, device="cpu")
-        data.area = wp.array(np.full(tri.face_count, 0.5), dtype=wp.float64, device="cpu")
+        data = en.SymmetricDirichletData(
+            wp.float64,
+            rest_inverse=wp.array(np.tile(np.eye(2), (tri.face_count, 1, 1)), dtype=wp.mat22d, device="cpu"),
+            area=wp.array(np.full(tri.face_count, 0.5), dtype=wp.float64, device="cpu"),
+        )
         out.append((f"symmetric_dirichlet{tag}", p, p.add_term(elements=tri.faces, energy=en.symmetric_dirichlet, data=data)))
         p = wm.Problem(tet.vertex_count, 3, wp.float64, device="cpu", deterministic=det)
         data = en.StableNeoHookeanData()

@@ -62,13 +62,12 @@ def grid():
 # ------------------------------------------------------------------------------ symmetric Dirichlet
 
 
-def _sd_data(mesh, rest_inverse=None, area=None):
-    data = SymmetricDirichletData()
-    data.rest_inverse = wp.array(
-        mesh.face_rest_frame_inverses() if rest_inverse is None else rest_inverse, dtype=wp.mat22d, device=DEVICE
+def _sd_data(mesh, dtype=wp.float64):
+    return SymmetricDirichletData(
+        dtype,
+        rest_inverse=wp.array(mesh.face_rest_frame_inverses(), dtype=wp.types.matrix((2, 2), dtype), device=DEVICE),
+        area=wp.array(mesh.face_areas(), dtype=dtype, device=DEVICE),
     )
-    data.area = wp.array(mesh.face_areas() if area is None else area, dtype=wp.float64, device=DEVICE)
-    return data
 
 
 def _split_faces_problem(mesh):
@@ -202,17 +201,28 @@ def _inertia_gravity_problem(mesh, dtype):
     return problem
 
 
+def _symmetric_dirichlet_problem(mesh, dtype):
+    """uv variables (the grid's x, y): the flat grid's rest frames and areas."""
+    problem = wm.Problem(mesh.vertex_count, variable_dim=2, dtype=dtype, device=DEVICE)
+    problem.add_term(mesh.faces, symmetric_dirichlet, _sd_data(mesh, dtype))
+    return problem
+
+
 @pytest.mark.parametrize(
-    "make", [_spring_problem, _sphere_barrier_problem, _inertia_gravity_problem], ids=lambda f: f.__name__[1:-8]
+    "make",
+    [_spring_problem, _sphere_barrier_problem, _inertia_gravity_problem, _symmetric_dirichlet_problem],
+    ids=lambda f: f.__name__[1:-8],
 )
 def test_dtype_generic_energy_float32_matches_float64(grid, make):
     """One definition serves both dtypes: float32 energy, gradient and Hessian agree with the float64 ones, and the
     float64 derivatives match central differences."""
-    x = grid.vertices + 0.02 * np.random.default_rng(7).normal(size=grid.vertices.shape)
     p64 = make(grid, dtype=wp.float64)
+    dim = p64.variable_dim
+    x = grid.vertices[:, :dim] + 0.02 * np.random.default_rng(7).normal(size=(grid.vertex_count, dim))
     check_problem_derivatives(p64, x)
-    f64, g64, h64 = p64.eval_with_hessian(wp.array(x, dtype=wp.vec3d, device=DEVICE))
-    f32, g32, h32 = make(grid, dtype=wp.float32).eval_with_hessian(wp.array(x, dtype=wp.vec3f, device=DEVICE))
+    f64, g64, h64 = p64.eval_with_hessian(wp.array(x, dtype=wp.types.vector(dim, wp.float64), device=DEVICE))
+    p32 = make(grid, dtype=wp.float32)
+    f32, g32, h32 = p32.eval_with_hessian(wp.array(x, dtype=wp.types.vector(dim, wp.float32), device=DEVICE))
     assert f64 > 0
     np.testing.assert_allclose(f32, f64, rtol=1e-5)
     g64 = g64.numpy()
@@ -226,6 +236,8 @@ def test_dtype_struct_builds_one_struct_per_dtype_and_names_bad_input():
     assert MassSpringData.of(wp.float32).vars["rest"].type.dtype is wp.float32
     assert InertiaGravityData.of(wp.float64).vars["target"].type.dtype is wp.vec3d
     assert SphereBarrierData.of(wp.float32).vars["center"].type is wp.vec3f
+    assert SymmetricDirichletData.of(wp.float32).vars["rest_inverse"].type.dtype is wp.mat22f
+    assert SymmetricDirichletData.of(wp.float64).vars["rest_inverse"].type.dtype is wp.mat22d
     with pytest.raises(TypeError, match="MassSpringData: dtype must be wp.float16, wp.float32 or wp.float64, got"):
         MassSpringData(wp.int32)
     with pytest.raises(TypeError, match="MassSpringData has no field.s. stifness; its fields: rest, stiffness"):

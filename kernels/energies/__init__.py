@@ -7,7 +7,8 @@ invariants.
 An energy that serves float32 and float64 problems is written once: its data struct is declared over
 ``wp.Float`` with :func:`~warp_meshad.kernels.dtype_struct.dtype_struct` and the energy takes ``data: Any``;
 ``Data(dtype, field=value, ...)`` then makes the data of a problem's scalar type (``mass_spring``,
-``inertia_gravity`` and ``sphere_barrier`` are written so). The other energies' data structs are float64.
+``inertia_gravity``, ``sphere_barrier`` and ``symmetric_dirichlet`` are written so). The other energies' data
+structs are float64.
 
 - :func:`mass_spring` (edges): k/2 (|x_a - x_b| - r_e)^2.
 - :func:`symmetric_dirichlet` (faces, uv variables): A_f (|J|_F^2 + |J^-1|_F^2), +inf if flipped.

@@ -19,6 +19,9 @@ Invariants: E_f >= 4 A_f, with equality exactly when J_f is a rotation (the face
 isometrically); invariant under rotations and translations of the uv plane; E_f -> +inf as the
 triangle degenerates (det J_f -> 0+), and E_f = +inf for a flipped or degenerate triangle, which a
 line search treats as a rejected step. Start from a flip-free map (e.g. a Tutte embedding).
+
+One definition for float32 and float64 problems: the data is made for the problem's scalar type,
+``SymmetricDirichletData(wp.float32, rest_inverse=..., area=...)`` (see :mod:`warp_meshad.kernels.dtype_struct`).
 """
 
 from typing import Any
@@ -26,23 +29,25 @@ from typing import Any
 import warp as wp
 
 from warp_meshad.kernels import ad
+from warp_meshad.kernels.dtype_struct import dtype_struct
 
 __all__ = ["SymmetricDirichletData", "symmetric_dirichlet"]
 
 
-@wp.struct
+@dtype_struct
 class SymmetricDirichletData:
-    """rest_inverse: D_m^-1 per face, shape [face_count], wp.mat22d; area: A_f per face, shape [face_count], float64."""
+    """rest_inverse: D_m^-1 per face, shape [face_count], 2x2 matrices; area: A_f per face, shape [face_count] (both
+    of the problem's scalar type: wp.mat22f / float32 or wp.mat22d / float64)."""
 
-    rest_inverse: wp.array(dtype=wp.mat22d)
-    area: wp.array(dtype=wp.float64)
+    rest_inverse: wp.array(dtype=wp.types.matrix((2, 2), wp.Float))
+    area: wp.array(dtype=wp.Float)
 
 
 @wp.func
-def symmetric_dirichlet(f: int, u0: Any, u1: Any, u2: Any, data: SymmetricDirichletData):
+def symmetric_dirichlet(f: int, u0: Any, u1: Any, u2: Any, data: Any):
     """A_f (|J|_F^2 + |J^-1|_F^2) with J = [u1 - u0, u2 - u0] D_m^-1; +inf when det J <= 0."""
     jac = ad.mat22_cols(u1 - u0, u2 - u0) * data.rest_inverse[f]
     det = ad.det(jac)
     fro = ad.frobenius_sq(jac)
     energy = data.area[f] * (fro + fro / (det * det))
-    return ad.where(det > 0.0, energy, wp.float64(wp.inf))
+    return ad.where(det > 0.0, energy, type(data.area[f])(wp.inf))
