@@ -78,7 +78,7 @@ def test_exponent_without_a_dot_is_a_number(tmp_path):
         ("app: cloth\ndevice: gpu0\n", "device", "'cpu', 'cuda' or 'cuda:N'"),
         ("app: cloth\nmesh: missing.obj\n", "mesh", "mesh file not found"),
         ("app: cloth\nmesh: notes.txt\n", "mesh", "expected 'grid' or an .obj/.off/.ply file"),
-        ("app: smoothing\ngradient: magic\n", "gradient", "expected one of 'ad', 'hand'"),
+        ("app: smoothing\nenergy: magic\n", "energy", "expected one of 'area', 'dirichlet'"),
         ("app: clothes\n", "app", "did you mean 'cloth'"),
         ("steps: 3\n", "app", "missing"),
         ("app: cloth\ntest: {app: smoothing}\n", "test.app", "cannot be overridden"),

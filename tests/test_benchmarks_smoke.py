@@ -11,7 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `benchmarks` is a folder of the checkout, not an installed package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import area_smoothing, assembly_choice, param_hvp  # noqa: E402
+from benchmarks import area_smoothing, assembly_choice, param_hvp, smoothing_hand  # noqa: E402
 
 WARP_AREA = ["warp_meshad", "handwritten", "warp_tape"]
 WARP_HVP = ["warp_meshad", "warp_meshad_assembled", "warp_meshad_assemble_spmv"]
@@ -42,6 +42,31 @@ def test_area_smoothing_warp_methods_agree(device):
             fd[i, c] = (area(X + d) - area(X - d)) / (2 * h)
     assert np.abs(fd[:, 2]).max() > 1e-2  # the z-noise makes the gradient non-trivial out of the plane
     np.testing.assert_allclose(grad, fd, rtol=0, atol=1e-5 * np.abs(fd).max())
+
+
+@pytest.mark.parametrize("energy", smoothing_hand.ENERGIES)
+def test_smoothing_hand_agrees_with_ad_and_central_differences(device, energy):
+    case = smoothing_hand.Case.grid(4, device)
+    _, errors, results = smoothing_hand.check(case, energy, verbose=False)  # raises beyond 1e-12
+    assert errors["hand"] <= 1e-12, errors
+
+    # the hand-written kernel against central differences of the NumPy energy, float64
+    f, g = results["hand"]
+    X = case.X
+
+    def energy_of(p):
+        return smoothing_hand.smoothing_energy(p, case.mesh, energy)
+
+    np.testing.assert_allclose(f, energy_of(X), rtol=1e-12)
+    fd = np.zeros_like(X)
+    h = 1e-6
+    for i in range(X.shape[0]):
+        for c in range(3):
+            d = np.zeros_like(X)
+            d[i, c] = h
+            fd[i, c] = (energy_of(X + d) - energy_of(X - d)) / (2 * h)
+    assert np.abs(fd[:, 2]).max() > 1e-3  # the z-noise makes the gradient non-trivial out of the plane
+    np.testing.assert_allclose(g, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
 
 
 @pytest.mark.parametrize("case", assembly_choice.CASES)

@@ -47,9 +47,6 @@ def test_config_runs_small_and_passes_check_final(path, tmp_path):
         assert app.mesh.vertex_count <= 16 * 16  # the test size, also for the GPU-sized grid_1000
         backend = getattr(app.solver, "linear_solver", None)
         assert metrics["cudss_skipped_reason"] == getattr(backend, "cudss_skipped_reason", None)
-    else:
-        cmp = metrics["gradient_comparison"]
-        assert cmp["max_relative_difference"] < 1e-12 and cmp["ad_ms"] > 0 and cmp["hand_ms"] > 0
 
 
 def test_steepest_descent_fallbacks_reach_metrics_json(tmp_path, monkeypatch):
@@ -193,16 +190,10 @@ def test_sphere_barrier_values_and_derivatives():
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def test_smoothing_hand_and_ad_runs_agree_and_energy_is_monotone():
-    path = ROOT / "configs" / "smoothing"
-    runs = {}
-    for scene in ("spot_dirichlet", "spot_dirichlet_hand"):
-        app = appmod.app_class("smoothing")(small(path / f"{scene}.yaml"))
-        app.run()
-        app.check_final()
-        runs[scene] = app
-    a, h = runs["spot_dirichlet"], runs["spot_dirichlet_hand"]
-    np.testing.assert_allclose(a.positions(), h.positions(), rtol=0, atol=1e-12)
+def test_smoothing_energy_is_monotone_and_check_final_catches_a_rise():
+    a = appmod.app_class("smoothing")(small(ROOT / "configs" / "smoothing" / "spot_dirichlet.yaml"))
+    a.run()
+    a.check_final()
     energies = [e for rec in a.history for e in rec["energies"]]
     assert np.all(np.diff(energies) <= 0.0) and energies[-1] < energies[0]
     a.history[-1]["energies"].append(energies[-1] * 2.0)
@@ -218,8 +209,7 @@ def test_smoothing_fixed_boundary_on_open_mesh(tmp_path):
     v[inner, 2] = 0.2 * np.random.default_rng(2).standard_normal(inner.size)
     wm.TriMesh(v, m.faces).save(tmp_path / "bumpy.obj")
     cfg = tmp_path / "bumpy.yaml"
-    cfg.write_text("app: smoothing\nmesh: bumpy.obj\nenergy: area\nsteps: 3\niterations: 20\nstep_size: 0.5\n"
-                   "timing_repeats: 1\n")
+    cfg.write_text("app: smoothing\nmesh: bumpy.obj\nenergy: area\nsteps: 3\niterations: 20\nstep_size: 0.5\n")
     app = appmod.app_class("smoothing")(load_config(cfg, overrides={"device": DEVICE}))
     app.run()
     app.check_final()

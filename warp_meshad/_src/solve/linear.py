@@ -44,6 +44,7 @@ import warp as wp
 import warp.sparse as wps
 
 from warp_meshad._src.codegen.warp_compat import matrix_pattern_version
+from warp_meshad._src.solve.vector_ops import norm
 
 __all__ = [
     "LINEAR_SOLVER_NAMES",
@@ -290,7 +291,7 @@ def _residual_norm(A: wps.BsrMatrix, b: wp.array, x: wp.array, work: wp.array) -
     """``||b - A x||_2`` using ``work`` (same shape/dtype as b) as scratch."""
     wp.copy(work, b)
     wps.bsr_mv(A, x, work, alpha=-1.0, beta=1.0)
-    return math.sqrt(max(float(wp.utils.array_inner(work, work)), 0.0))
+    return norm(work)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
