@@ -13,10 +13,9 @@ done
 if [ ! -d /tmp/site/warp ]; then
   mkdir -p /tmp/site
   if ls /tmp/gpu/warp.part* >/dev/null 2>&1; then  # ../shared/tools/gpu_bundle.py: zip parts per wheel stem
-    for stem in warp cudss nvmath; do
-      if ls /tmp/gpu/$stem.part* >/dev/null 2>&1; then
-        cat /tmp/gpu/$stem.part* > /tmp/gpu/$stem.zip && python3 -m zipfile -e /tmp/gpu/$stem.zip /tmp/site || exit 3
-      fi
+    for first in /tmp/gpu/*.part00; do  # warp, cudss, nvmath and the --extra wheels (pydantic, trimesh, ...)
+      stem=$(basename "$first" .part00)
+      cat /tmp/gpu/$stem.part* > /tmp/gpu/$stem.zip && python3 -m zipfile -e /tmp/gpu/$stem.zip /tmp/site || exit 3
     done
   else  # an xz archive of a whole site folder, in parts
     cat /tmp/gpu/site.part* > /tmp/gpu/site.tar.xz &&
@@ -27,7 +26,14 @@ fi
 for w in .gpu/whl/*.whl; do
   [ -f "$w" ] && python3 -m zipfile -e "$w" /tmp/site
 done
-export PYTHONPATH=/tmp/site:$PWD
+# the package as pip's editable install maps it (pyproject package-dir: kernels/ -> warp_meshad.kernels, apps/ ->
+# warp_meshad.apps), without installing: a folder of links to this checkout
+rm -rf /tmp/pkg && mkdir -p /tmp/pkg/warp_meshad
+for entry in "$PWD"/warp_meshad/*; do ln -s "$entry" /tmp/pkg/warp_meshad/; done
+ln -s "$PWD/kernels" /tmp/pkg/warp_meshad/kernels
+ln -s "$PWD/apps" /tmp/pkg/warp_meshad/apps
+[ -d "$PWD/warp_meshad/configs" ] || ln -s "$PWD/configs" /tmp/pkg/warp_meshad/configs
+export PYTHONPATH=/tmp/site:/tmp/pkg:$PWD
 export LD_LIBRARY_PATH=/tmp/site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export WARP_CACHE_PATH=/tmp/warpcache WARP_MESHAD_CACHE_PATH=/tmp/warpcache/gen
