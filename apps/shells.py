@@ -178,6 +178,7 @@ class App(_AppBase):
         search: the :class:`ContactSearch` over all copies (self-contact and between objects).
         x, v: positions and velocities, wp.array of vec3d; x0 the start positions (numpy); object_id per vertex.
         d_hat, kappa: barrier activation distance [m] and stiffness [J/m^4].
+        solver: the :class:`wm.NewtonSolver` of every step, with the contact hooks; linear_solver its back-end.
     """
 
     name = "shells"
