@@ -18,7 +18,8 @@ The contact pairs change at run time; the step runs the shared projected Newton 
 hooks (``NewtonHooks``):
 
 1. contact detection (hook ``before_derivatives``): point-triangle and edge-edge pairs closer than d_hat
-   (``ContactSearch.find_pairs``) become the elements of the two interaction terms (``Problem.set_interaction_elements``);
+   (``ContactSearch.find_pairs``) become the elements of the two interaction terms
+   (``Problem.set_interaction_elements``);
 2. derivatives + assembly: ``Problem.eval_with_hessian_proj`` (per-element PSD projection);
 3. linear solve: ``H d = -g`` with ``wm.make_linear_solver(config.linear_solver)``;
 4. line search: the trial energy (hook ``line_search_energy``) is evaluated with the pairs of the swept broad phase

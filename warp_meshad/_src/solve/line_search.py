@@ -1,9 +1,9 @@
 """Armijo backtracking line search on Warp arrays (TinyAD defaults: shrink 0.8, 64 tries, c = 1e-4).
 
 A trial point ``x + alpha d`` is written by :func:`~warp_meshad._src.solve.vector_ops.axpy_into` into a preallocated
-buffer; its energy is accepted when ``f(x + alpha d) <= f0 + c alpha (g . d)``. A trial energy that is +inf or NaN (an inverted element, a penetration) is
-rejected like any other failed trial and the step shrinks. An optional ``step_bound_fn(x, d)`` caps the first step
-(continuous collision detection plugs in there).
+buffer; its energy is accepted when ``f(x + alpha d) <= f0 + c alpha (g . d)``. A trial energy that is +inf or NaN (an
+inverted element, a penetration) is rejected like any other failed trial and the step shrinks. An optional
+``step_bound_fn(x, d)`` caps the first step (continuous collision detection plugs in there).
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def _scalar_type(problem):
 class NewtonHooks:
     """Problem-specific steps plugged into the driver's loop (contact, CCD, an app's own stop test); all optional.
 
-    The loop of every solver, with the hooks where they run::
+    The driver's loop (every solver's), with the hooks where they run::
 
         before_derivatives(x)                 # e.g. find the contact pairs at x
         f, g (, H) = derivatives at x
@@ -138,7 +138,8 @@ class NewtonHooks:
 
     Attributes:
         before_derivatives: ``(x) -> None``, called at every point before its derivatives are evaluated (also before
-            the gradient-only evaluation at ``max_iterations``). Its time is ``SolveResult.time_ms["before_derivatives"]``.
+            the gradient-only evaluation at ``max_iterations``). Its time is
+            ``SolveResult.time_ms["before_derivatives"]``.
         line_search_energy: ``(x, d) -> energy_fn`` with ``energy_fn(y) -> float``, called once per line search with
             the point and the direction; the line search evaluates ``energy_fn`` at its trial points ``y = x + alpha d``
             (default ``problem.eval``). Its time counts in ``time_ms["line_search"]``.
