@@ -112,3 +112,22 @@ def test_error_at_a_kernels_first_launch_names_the_users_line():
     assert f"{__file__}:{line}, in _cast_of_a_dual: no overload of 'float64' takes arguments of types " \
            "(float64 (dual))" in msg, msg
     assert "_wm_" not in msg and "_generated" not in msg and len(msg.splitlines()) <= 10
+
+
+@pytest.mark.parametrize("call", ["add_term", "eval_with_gradient"])
+def test_traceback_shows_the_users_call_then_the_message(call, monkeypatch):
+    # the whole report (traceback + message) fits in about 10 lines: the user's call, the public entry point, the message
+    import traceback
+
+    monkeypatch.delenv(DEBUG_VARIABLE, raising=False)
+    p = wm.Problem(3, 3, wp.float64, device="cpu")
+    with pytest.raises(EnergyError) as info:
+        if call == "add_term":
+            p.add_term(elements=np.array([[0, 1], [1, 2]]), energy=_undefined_name)
+        else:
+            p.add_term(elements=np.array([[0, 1], [1, 2]]), energy=_cast_of_a_dual)
+            p.eval_with_gradient(wp.zeros(3, dtype=wp.vec3d, device="cpu"))
+    frames = traceback.extract_tb(info.value.__traceback__)
+    assert frames[1].filename.endswith("energy_errors.py") and len(frames) == 2, frames
+    assert wm.EnergyError is EnergyError and "warp_meshad.EnergyError" in "".join(
+        traceback.format_exception_only(info.type, info.value))

@@ -10,6 +10,7 @@ The device library (dual numbers, ``ad`` math, built-in energies) is :mod:`warp_
 :mod:`warp_meshad.apps` and their YAML scenes :mod:`warp_meshad.configs`.
 """
 
+from ._src.codegen.energy_errors import EnergyError
 from ._src.interop.convert import to_cupy, to_scipy
 from ._src.mesh.trimesh import MeshError, TriMesh
 from ._src.mesh.tetmesh import TetMesh
@@ -30,6 +31,7 @@ from ._src.mesh.tutte import tutte_embedding
 __version__ = "0.1.0"
 
 __all__ = [
+    "EnergyError",
     "GaussNewtonSolver",
     "GradientDescentSolver",
     "LBFGSSolver",

@@ -16,6 +16,7 @@ to it again.
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import re
@@ -23,13 +24,33 @@ from dataclasses import dataclass
 
 from warp_meshad._src.codegen.warp_compat import codegen_error_frames
 
-__all__ = ["DEBUG_VARIABLE", "EnergyError", "energy_error", "raise_energy_error", "remember"]
+__all__ = ["DEBUG_VARIABLE", "EnergyError", "energy_error", "raise_energy_error", "remember", "reported_at_the_caller"]
 
 DEBUG_VARIABLE = "WARP_MESHAD_DEBUG_CODEGEN"
 
 
 class EnergyError(ValueError):
     """A user's energy (or residual) that does not compile: the message names the user's file, line and name."""
+
+
+EnergyError.__module__ = "warp_meshad"  # its public name (exported there): tracebacks print warp_meshad.EnergyError
+
+
+def reported_at_the_caller(method):
+    """Decorator of a public entry point (``Problem.add_term``, ``eval*``, ...): an :class:`EnergyError` raised
+    anywhere below it reaches the caller with this entry point as its only toolkit frame, so the traceback shows the
+    user's call, then the message (the whole traceback with ``WARP_MESHAD_DEBUG_CODEGEN=1``)."""
+
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except EnergyError as exc:
+            if os.environ.get(DEBUG_VARIABLE):
+                raise
+            raise exc.with_traceback(None) from None
+
+    return wrapper
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
+from warp_meshad._src.codegen.energy_errors import reported_at_the_caller
 from warp_meshad._src.codegen.kernel_cache import KernelFacts
 from warp_meshad._src.problem.assembly import ASSEMBLY_MODES, Assembler
 from warp_meshad._src.problem.interaction import InteractionElements, set_interaction_elements
@@ -161,6 +162,7 @@ class Problem:
     # terms
     # ------------------------------------------------------------------------------------------
 
+    @reported_at_the_caller
     def add_term(
         self, elements, energy, data=None, weight: float = 1.0, name: str | None = None, parameters=None
     ) -> int:
@@ -186,6 +188,7 @@ class Problem:
         """
         return self._add(elements, energy, data, weight, name, residual=False, parameters=parameters)
 
+    @reported_at_the_caller
     def add_residual_term(self, elements, residual, data=None, weight: float = 1.0, name: str | None = None) -> int:
         """Add a vector-valued term: residuals r_j in R^c (c = 1..4) per element.
 
@@ -201,6 +204,7 @@ class Problem:
         """
         return self._add(elements, residual, data, weight, name, residual=True)
 
+    @reported_at_the_caller
     def add_interaction_term(
         self, energy, valence: int, data=None, weight: float = 1.0, capacity: int = 1024, name: str | None = None
     ) -> int:
@@ -242,6 +246,7 @@ class Problem:
         self._storage.drop_layout()
         return index
 
+    @reported_at_the_caller
     def set_interaction_elements(self, term: int, elements) -> None:
         """Replace the elements of an interaction term.
 
@@ -279,12 +284,14 @@ class Problem:
     # evaluation
     # ------------------------------------------------------------------------------------------
 
+    @reported_at_the_caller
     def eval(self, x) -> float:
         """Energy F(x) (plain values, no derivatives). An element may return +inf (invalid state)."""
         self._check_vector(x, "x", "eval")
         self._assembler.energy(x)
         return self._read_energy()
 
+    @reported_at_the_caller
     def eval_with_gradient(self, x):
         """Energy and gradient.
 
@@ -302,6 +309,7 @@ class Problem:
         self._launch_hessian(x, fn, mode, extra)
         return self._read_energy(), self._storage.grad, self._storage.hess
 
+    @reported_at_the_caller
     def assemble_hessian(self, x, projection: str | None = None, eps: float = 1e-9):
         """Launch energy, gradient and Hessian assembly without waiting for the device.
 
@@ -323,6 +331,7 @@ class Problem:
             self._launch_hessian(x, "assemble_hessian", "hessian_proj", extra)
         return self._storage.energy, self._storage.grad, self._storage.hess
 
+    @reported_at_the_caller
     def assemble_gradient(self, x):
         """Launch energy and gradient evaluation without waiting (see :meth:`assemble_hessian`).
 
@@ -336,6 +345,7 @@ class Problem:
         self._assembler.gradient(x)
         return self._storage.energy, self._storage.grad
 
+    @reported_at_the_caller
     def eval_with_hessian(self, x):
         """Energy, gradient and sparse Hessian.
 
@@ -344,6 +354,7 @@ class Problem:
         """
         return self._eval_hessian(x, "eval_with_hessian", "hessian")
 
+    @reported_at_the_caller
     def eval_with_hessian_proj(self, x, mode: str = "clamp", eps: float = 1e-9):
         """Like :meth:`eval_with_hessian`, with every element Hessian projected to PSD first.
 
@@ -357,11 +368,13 @@ class Problem:
         extra = (self.dtype(eps), _PROJECTION_MODES[mode])
         return self._eval_hessian(x, "eval_with_hessian_proj", "hessian_proj", extra)
 
+    @reported_at_the_caller
     def eval_gauss_newton(self, x):
         """Energy, gradient and Gauss-Newton Hessian: residual terms give sum w J_j^T J_j (assembled
         per element into the Hessian pattern, no sparse product); scalar terms their exact Hessian."""
         return self._eval_hessian(x, "eval_gauss_newton", "gauss_newton")
 
+    @reported_at_the_caller
     def hessian_vector_product(self, x, v):
         """Matrix-free H(x) v: element Hessians applied locally, nothing assembled.
 
@@ -409,6 +422,7 @@ class Problem:
         for f in self.parameter_fields:
             write_values(self.terms[f.term], f, theta[f.slice])
 
+    @reported_at_the_caller
     def eval_parameter_derivatives(self, x):
         """Energy, dE/dtheta and the mixed second derivatives d2E/dx dtheta at ``x``.
 
@@ -426,12 +440,14 @@ class Problem:
         f = self._read_energy()
         return f, pd.theta_grad, pd.assemble()
 
+    @reported_at_the_caller
     def eval_residuals(self, x):
         """Stacked weighted residuals sqrt(w) r_j of all residual terms, wp.array [row_count]."""
         self._check_vector(x, "x", "eval_residuals")
         self._assembler.residuals(x, jacobian=False)
         return self._storage.res
 
+    @reported_at_the_caller
     def eval_residuals_with_jacobian(self, x):
         """Residuals and their sparse Jacobian.
 
