@@ -79,7 +79,7 @@ def test_variant_drops_what_the_mode_does_not_have():
         contract.mode_of("hesian")
 
 
-_PRIVATE = re.compile(r"(?<![\w.])(?:wp|warp)\._src\b|\bfrom warp\._src\b|\b_run_codegen\b|\bModuleBuilder\b")
+_PRIVATE = re.compile(r"(?<![\w.])(?:wp|warp)\._src\b|\bfrom warp\._src\b|\b_run_codegen\b|\bModuleBuilder\b|\._cls\b")
 
 
 def test_private_warp_api_only_in_warp_compat():

@@ -24,6 +24,7 @@ __all__ = [
     "matrix_pattern_version",
     "register_function",
     "set_matrix_pattern_version",
+    "struct_type",
 ]
 
 
@@ -33,6 +34,14 @@ def is_struct_instance(obj) -> bool:
     Warp 1.19: instances of every struct class derive from ``warp._src.codegen.StructInstance`` (not exported).
     """
     return isinstance(obj, wp._src.codegen.StructInstance)
+
+
+def struct_type(instance):
+    """The ``@wp.struct`` type (``warp.codegen.Struct``) of a struct instance, as kernels take it as an argument type.
+
+    Warp 1.19: an instance keeps it in the private attribute ``_cls``.
+    """
+    return instance._cls
 
 
 def generate_module_code(module) -> None:

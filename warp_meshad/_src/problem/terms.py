@@ -9,7 +9,7 @@ import warp as wp
 from warp_meshad._src.codegen.energy_rewrite import describe_energy
 from warp_meshad._src.codegen.kernel_cache import KernelFacts, probe_return_type
 from warp_meshad._src.codegen.kernel_source import KernelSpec
-from warp_meshad._src.codegen.warp_compat import is_struct_instance
+from warp_meshad._src.codegen.warp_compat import is_struct_instance, struct_type
 from warp_meshad._src.problem.parameters import describe_parameters
 from warp_meshad._src.problem.variables import check_elements, dtype_name
 
@@ -49,7 +49,7 @@ class Term:
         self.energy = energy
         self.info = info
         self.data = data
-        self.data_type = None if data is None else data._cls
+        self.data_type = None if data is None else struct_type(data)
         self.weight = weight
         self.spec = spec
         self.residual = residual
