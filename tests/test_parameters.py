@@ -26,7 +26,7 @@ def spring_param(e: int, xa: Any, xb: Any, data: SpringParams):
     return 0.5 * data.k * d * d + 0.1 * ad.length_sq(xa - data.anchor) * data.rest[e]
 
 
-def spring_problem(mesh, device="cpu", parameters=("rest", "k", "anchor")):
+def spring_problem(mesh, device=None, parameters=("rest", "k", "anchor")):
     data = SpringParams()
     data.rest = wp.array(0.9 * mesh.edge_lengths(), dtype=wp.float64, device=device)
     data.k = wp.float64(3.0)
