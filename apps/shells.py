@@ -54,7 +54,6 @@ from warp_meshad.app import App as _AppBase
 from warp_meshad.app import AppConfig
 from warp_meshad.contact import ContactSearch, edge_edge_mollifier_thresholds, max_step, plane_max_step
 from warp_meshad import TriMesh
-from warp_meshad._src.solve.solvers import NewtonHooks
 from warp_meshad.dynamics import add_inertia_gravity, predict_positions
 from warp_meshad.kernels.energies import (
     BarrierData,
@@ -252,7 +251,7 @@ class App(_AppBase):
         if c.linear_solver == "cg":
             options = dict(tol=c.cg_tolerance, maxiter=c.cg_max_iterations or None)
         self.linear_solver = wm.make_linear_solver(c.linear_solver, device=dev, **options)
-        hooks = NewtonHooks(before_derivatives=self._find_pairs, line_search_energy=self._swept_energy,
+        hooks = wm.NewtonHooks(before_derivatives=self._find_pairs, line_search_energy=self._swept_energy,
                             stop=self._small_step)
         self.solver = wm.NewtonSolver(p, linear_solver=self.linear_solver, shrink=0.5,
                                       max_line_search_tries=c.max_line_search_tries, step_bound_fn=self._ccd_bound,
@@ -263,7 +262,7 @@ class App(_AppBase):
 
     # -------------------------------------------------------------------------------- contact
 
-    def _set_pairs(self, pairs) -> tuple[int, int]:
+    def set_contact_pairs(self, pairs) -> tuple[int, int]:
         """Make ``pairs`` (device arrays, passed straight through) the elements of the interaction terms; the next
         Hessian evaluation merges their blocks into the pattern on the device."""
         pt, ee = pairs.point_triangle, pairs.edge_edge
@@ -275,13 +274,13 @@ class App(_AppBase):
 
     def _find_pairs(self, x: wp.array) -> None:
         """Hook before the derivatives at x: the pairs closer than d_hat become the interaction terms' elements."""
-        self._max_pairs = max(self._max_pairs, self._set_pairs(self.search.find_pairs(x, self.d_hat)))
+        self._max_pairs = max(self._max_pairs, self.set_contact_pairs(self.search.find_pairs(x, self.d_hat)))
 
     def _swept_energy(self, x: wp.array, d: wp.array):
         """Hook of the line search along d: the pairs of the swept broad phase (inflated by d_hat, so every pair within
         d_hat of a trial point) become the elements; the trial energy is then the problem's energy."""
         self._swept = self.search.find_pairs(x, self.d_hat, dx=d)
-        self._set_pairs(self._swept)
+        self.set_contact_pairs(self._swept)
         return self.problem.eval
 
     def _ccd_bound(self, x: wp.array, d: wp.array) -> float:

@@ -55,7 +55,7 @@ def _before(app, variant):
     """What the app does before each evaluation: set the contact pairs (so the next Hessian evaluation merges
     the interaction blocks into the pattern again), for the last variant only; untimed."""
     if variant.endswith("pairs set each time"):
-        app._set_pairs(app.search.find_pairs(app.x, app.d_hat))
+        app.set_contact_pairs(app.search.find_pairs(app.x, app.d_hat))
 
 
 def main(argv=None):
@@ -80,7 +80,7 @@ def main(argv=None):
         rng = np.random.default_rng(0)
         xn = x.numpy() + rng.uniform(-args.noise, args.noise, (x.shape[0], 3))
         wp.copy(x, wp.array(xn, dtype=x.dtype, device=x.device))
-    counts = app._set_pairs(app.search.find_pairs(x, app.d_hat))
+    counts = app.set_contact_pairs(app.search.find_pairs(x, app.d_hat))
     print(f"pairs: point-triangle {counts[0]}, edge-edge {counts[1]}", flush=True)
     sizes = {t.label: int(t.count) for t in p.terms}
     print("elements: " + ", ".join(f"{k} {v}" for k, v in sizes.items()), flush=True)

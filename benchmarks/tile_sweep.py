@@ -36,7 +36,7 @@ def main(argv=None):
     wp.config.log_level = wp.LOG_WARNING
     wp.init()
     device = args.device or ("cuda:0" if wp.get_cuda_device_count() else "cpu")
-    from warp_meshad._src.problem.tiled import TileConfig
+    from warp_meshad import TileConfig
 
     records = []
     for morton in map(bool, args.morton):

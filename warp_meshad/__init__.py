@@ -18,11 +18,13 @@ from ._src.solve.linear import LinearSolveError, LinearSolveInfo, LinearSolver, 
 from ._src.mesh.locality import locality_order
 from ._src.solve.implicit import implicit_gradient
 from ._src.problem.problem import Problem
+from ._src.problem.tiled import TileConfig
 from ._src.solve.solvers import (
     GaussNewtonSolver,
     GradientDescentSolver,
     LBFGSSolver,
     NewtonCGSolver,
+    NewtonHooks,
     NewtonSolver,
     SolveResult,
 )
@@ -40,10 +42,12 @@ __all__ = [
     "LinearSolver",
     "MeshError",
     "NewtonCGSolver",
+    "NewtonHooks",
     "NewtonSolver",
     "Problem",
     "SolveResult",
     "TetMesh",
+    "TileConfig",
     "TriMesh",
     "locality_order",
     "implicit_gradient",
