@@ -405,3 +405,40 @@ def test_gpu_auto_picks_a_gpu_backend_and_says_why_not_cudss(monkeypatch):
     A, dense, b_np, b, x = spd_system(n=30, seed=13, device="cuda:0")
     solver.solve(A, b, x)
     np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["cudss", "cupy", "cg"])
+def test_gpu_backends_work_from_any_thread(name):
+    """A back-end is called from threads it was not made in (PyTorch's autograd thread, Ray's workers, a pool):
+    first use, later solves and resolve() in a fresh thread each give the main thread's answer."""
+    import threading
+
+    _require_backend(name)
+    A, dense, b_np, b, x = spd_system(n=40, bs=3, seed=13, device="cuda:0")
+    options = {"tol": 1e-12, "maxiter": 5000} if name == "cg" else {}
+    solver = make_linear_solver(name, **options)
+    errors = []
+
+    def in_thread(fn):
+        def run():
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 (re-raised in the main thread)
+                errors.append(exc)
+
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+        if errors:
+            raise errors[0]
+
+    in_thread(lambda: solver.solve(A, b, x))  # the first use (cuDSS's analysis) in a thread
+    np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-7, atol=1e-8)
+    solver.solve(A, b, x)  # then in the main thread
+    _scale_values(A, 2.0)
+    in_thread(lambda: solver.solve(A, b, x))  # and again in another thread
+    np.testing.assert_allclose(_flat(x), np.linalg.solve(2.0 * dense, b_np), rtol=1e-7, atol=1e-8)
+    if name == "cudss":
+        in_thread(lambda: solver.resolve(A, b, x))
+        np.testing.assert_allclose(_flat(x), np.linalg.solve(2.0 * dense, b_np), rtol=1e-7, atol=1e-8)

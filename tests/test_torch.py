@@ -256,3 +256,24 @@ def test_minimize_refuses_a_problem_without_parameters_before_solving(device, mo
     monkeypatch.setattr(solver, "solve", lambda *a, **k: pytest.fail("minimize ran the forward solve"))
     with pytest.raises(ValueError, match=r"minimize\(problem=\.\.\.\) needs a problem whose terms have parameters"):
         wmt.minimize(problem, torch.zeros(0, dtype=torch.float64), _tensor(x, device, False), solver=solver)
+
+
+@pytest.mark.gpu
+def test_minimize_backward_with_cudss_runs_on_torchs_autograd_thread():
+    """torch runs a backward on its own thread, where cuDSS (nvmath / cuda.core) found no current device: the
+    backward with the cudss back-end gives the gradient of the SciPy back-end."""
+    pytest.importorskip("nvmath", reason="the cudss back-end needs nvmath-python (pip install warp-meshad[cudss])")
+    from test_parameters import hanging_cloth
+
+    with wp.ScopedDevice("cuda:0"):
+        mesh, X, p, top = hanging_cloth(3)
+    x0 = torch.tensor(X, dtype=torch.float64, device="cuda:0")
+    weights = torch.tensor(np.random.default_rng(0).normal(size=X.shape), device="cuda:0")
+    grads = {}
+    for name in ("cudss", "scipy"):
+        theta = torch.tensor(p.get_parameters(), dtype=torch.float64, requires_grad=True)
+        solver = wm.NewtonSolver(p, linear_solver=name, fixed=top)
+        (wmt.minimize(p, theta, x0, solver=solver) * weights).sum().backward()
+        grads[name] = theta.grad.numpy()
+    assert np.abs(grads["scipy"]).max() > 1e-6
+    np.testing.assert_allclose(grads["cudss"], grads["scipy"], rtol=1e-7, atol=1e-10)

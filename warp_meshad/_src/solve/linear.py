@@ -34,6 +34,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -695,6 +696,35 @@ def _require_cuda(A, name: str) -> None:
         raise ValueError(f"the {name!r} linear back-end runs on a CUDA device, got a matrix on {A.device}")
 
 
+_bound = threading.local()  # per thread: the CUDA device ordinals made current for cuda.core (nvmath) there
+
+
+def _bind_thread(device) -> None:
+    """Make ``device``'s primary CUDA context current in the calling thread for cuda.core (nvmath-python).
+
+    A back-end may be called from any thread: PyTorch runs a backward (``warp_meshad.torch.minimize``) on its own
+    autograd thread, Ray runs tasks on worker threads, a user may use a thread pool. nvmath-python (cuDSS) goes
+    through ``cuda.core``, which refuses a device that was not ``set_current()`` in the calling thread ("Device 0 is
+    not yet initialized"). Warp names its context at each call and CuPy's ``Device`` context sets it, so they need
+    nothing more; all three share the device's primary context. Done once per thread and device.
+    """
+    done = getattr(_bound, "ordinals", None)
+    if done is None:
+        done = _bound.ordinals = set()
+    if device.ordinal in done:
+        return
+    try:
+        from cuda.core import Device  # cuda-core >= 0.4
+    except ImportError:
+        try:
+            from cuda.core.experimental import Device
+        except ImportError:  # no cuda.core (CuPy only): CuPy's own context handling suffices
+            Device = None
+    if Device is not None:
+        Device(device.ordinal).set_current()
+    done.add(device.ordinal)
+
+
 class _GpuCsrSolver(LinearSolver):
     """Common part of the CuPy and cuDSS back-ends: zero-copy CuPy views of our CSR buffers on Warp's stream."""
 
@@ -704,6 +734,9 @@ class _GpuCsrSolver(LinearSolver):
         self._csr = None
 
     def _stream(self, device):
+        """CuPy's device and stream contexts for Warp's stream of ``device``, with that device's context made
+        current in the calling thread (see :func:`_bind_thread`)."""
+        _bind_thread(device)
         cp = self._cp
         stream = wp.get_stream(device)
         return cp.cuda.Device(device.ordinal), cp.cuda.ExternalStream(stream.cuda_stream, device.ordinal)
