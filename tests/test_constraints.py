@@ -96,7 +96,7 @@ def test_zero_fixed_rows_and_mask_builder():
 
 def test_validation_messages():
     A, b, _ = _system(n=6)
-    with pytest.raises(ValueError, match=r"expected values in \[0, 6\), got min 0, max 6"):
+    with pytest.raises(ValueError, match=r"indices: expected variable indices in \[0, 6\) \(the problem's variable_count\), got min 0, max 6"):
         fixed_mask_from_indices([0, 6], 6)
     with pytest.raises(ValueError, match=r"fixed: expected shape \(6,\), got \(5,\)"):
         apply_dirichlet(A, b, wp.zeros(5, dtype=wp.int32))
@@ -124,3 +124,19 @@ def test_dirichlet_gpu_matches_cpu():
     apply_dirichlet(A_gpu, b_gpu, fixed_mask_from_indices([1, 4], A.nrow, device="cuda:0"))
     np.testing.assert_array_equal(_dense(A_gpu), _dense(A))
     np.testing.assert_array_equal(b_gpu.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("caller", ["NewtonSolver", "implicit_gradient"])
+def test_bad_fixed_index_names_the_argument_and_the_function(caller):
+    import warp_meshad as wm
+    from test_parameters import spring_problem
+
+    mesh = wm.TriMesh.grid(2, 3)
+    p = spring_problem(mesh, device="cpu")
+    want = rf"{caller}\(fixed=\.\.\.\): expected variable indices in \[0, 6\) \(the problem's variable_count\), got min 0, max 99"
+    with pytest.raises(ValueError, match=want):
+        if caller == "NewtonSolver":
+            wm.NewtonSolver(p, fixed=[0, 99])
+        else:
+            x = wp.array(mesh.vertices, dtype=wp.vec3d, device="cpu")
+            wm.implicit_gradient(p, x, wp.zeros(6, dtype=wp.vec3d, device="cpu"), fixed=[0, 99])

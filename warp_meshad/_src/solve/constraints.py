@@ -178,7 +178,7 @@ def fixed_indices(fixed) -> np.ndarray | None:
     return idx if idx.size else None
 
 
-def fixed_mask_from_indices(indices, variable_count: int, device=None) -> wp.array:
+def fixed_mask_from_indices(indices, variable_count: int, device=None, what: str = "indices") -> wp.array:
     """Build a pin mask from variable indices.
 
     Args:
@@ -186,6 +186,7 @@ def fixed_mask_from_indices(indices, variable_count: int, device=None) -> wp.arr
             ``[0, variable_count)``; duplicates are allowed; may be empty.
         variable_count: number of variables ``n``.
         device: device of the mask (default ``wp.get_device()``).
+        what: how error messages name the indices (the caller's argument, e.g. ``"NewtonSolver(fixed=...)"``).
 
     Returns:
         wp.array of shape ``[variable_count]``, dtype int32: 1 at pinned variables, 0 elsewhere.
@@ -196,13 +197,14 @@ def fixed_mask_from_indices(indices, variable_count: int, device=None) -> wp.arr
         idx = np.asarray(indices if indices is not None else [])
     idx = idx.reshape(-1)
     if idx.size and not np.issubdtype(idx.dtype, np.integer):
-        raise TypeError(f"indices: expected integers, got dtype {idx.dtype}")
+        raise TypeError(f"{what}: expected integers, got dtype {idx.dtype}")
     variable_count = int(variable_count)
     if variable_count < 0:
         raise ValueError(f"variable_count: expected >= 0, got {variable_count}")
     if idx.size and (idx.min() < 0 or idx.max() >= variable_count):
         raise ValueError(
-            f"indices: expected values in [0, {variable_count}), got min {int(idx.min())}, max {int(idx.max())}"
+            f"{what}: expected variable indices in [0, {variable_count}) (the problem's variable_count), got min "
+            f"{int(idx.min())}, max {int(idx.max())}"
         )
     mask = np.zeros(variable_count, dtype=np.int32)
     mask[idx.astype(np.int64)] = 1

@@ -60,13 +60,14 @@ def implicit_gradient(
     _check(problem, x_star, "x_star")
     several = isinstance(dL_dx, (list, tuple))
     losses = [_as_variable_array(problem, b, f"dL_dx[{i}]" if several else "dL_dx") for i, b in enumerate(dL_dx if several else [dL_dx])]
+    idx = fixed_indices(fixed)
+    fixed = None if idx is None else fixed_mask_from_indices(
+        idx, problem.variable_count, problem.device, what="implicit_gradient(fixed=...)")
     if hessian == "exact":
         _, _, H = problem.eval_with_hessian(x_star)
     else:
         _, _, H = problem.eval_with_hessian_proj(x_star, mode="clamp")
     _, _, M = problem.eval_parameter_derivatives(x_star)
-    idx = fixed_indices(fixed)
-    fixed = None if idx is None else fixed_mask_from_indices(idx, problem.variable_count, problem.device)
     if fixed is not None:
         apply_dirichlet(H, None, fixed)
     solver = linear_solver if isinstance(linear_solver, LinearSolver) else make_linear_solver(

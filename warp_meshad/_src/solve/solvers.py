@@ -187,7 +187,8 @@ class _Driver:
         n = problem.variable_count
         self.fixed_indices = fixed_indices(fixed)
         self.fixed_mask = (
-            None if self.fixed_indices is None else fixed_mask_from_indices(self.fixed_indices, n, problem.device)
+            None if self.fixed_indices is None
+            else fixed_mask_from_indices(self.fixed_indices, n, problem.device, what=f"{type(self).__name__}(fixed=...)")
         )
         self._buffers = None
 
