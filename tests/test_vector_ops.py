@@ -51,3 +51,26 @@ def test_add_to_diagonal_touches_only_stored_diagonal_blocks():
     for r, c, block in zip(rows, cols, blocks):
         expected[3 * r:3 * r + 3, 3 * c:3 * c + 3] += block + (2.0 * np.eye(3) if r == c else 0.0)
     np.testing.assert_allclose(wm.to_scipy(A).toarray(), expected)
+
+
+def test_solvers_refuse_a_start_point_with_nan_or_inf():
+    import pytest
+
+    from warp_meshad.kernels.energies import dirichlet
+
+    mesh = wm.TriMesh.grid(3, 3)
+    X = mesh.vertices.copy()
+    X[4, 1] = np.nan
+    X[7, 2] = np.inf
+    p = wm.Problem(mesh.vertex_count, 3, wp.float64)
+    p.add_term(mesh.edges, dirichlet)
+    x = wp.array(X, dtype=wp.vec3d)
+    with pytest.raises(ValueError, match=r"NewtonSolver.solve\(x=...\): expected finite values, got NaN or inf at 2 "
+                                         r"variables, first x\[4\] = \[0.5, nan, 0.0\]"):
+        wm.NewtonSolver(p, linear_solver="scipy").solve(x)
+    with pytest.raises(ValueError, match=r"LBFGSSolver.solve\(x=...\): expected finite values"):
+        wm.LBFGSSolver(p).solve(x)
+    f = p.eval(x)  # the evaluations do not check (documented): NaN comes through
+    assert np.isnan(f)
+    r = wm.GradientDescentSolver(p).solve(x, max_iterations=0, check_finite=False)  # asked not to check
+    assert r.iterations == 0

@@ -59,7 +59,9 @@ class Problem:
             register cap), a :class:`~warp_meshad._src.problem.tiled.TileConfig`; default: its defaults.
 
     Variables ``x`` are a ``wp.array`` of shape [variable_count] with dtype ``vec{variable_dim}``
-    of ``dtype`` (or ``dtype`` itself when ``variable_dim == 1``), on ``device``.
+    of ``dtype`` (or ``dtype`` itself when ``variable_dim == 1``), on ``device``. The evaluations do not check
+    that ``x`` is finite (a check would cost a reduction per call): NaN or inf in ``x`` comes out as NaN energies,
+    gradients and Hessian blocks. The solvers check their start point (``solve(x, check_finite=True)``).
 
     Returned gradients, Hessians and products are this problem's preallocated buffers: they stay
     valid until the next evaluation of the same kind (copy them to keep them).

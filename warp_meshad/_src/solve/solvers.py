@@ -36,7 +36,7 @@ import warp as wp
 from warp_meshad._src.solve.constraints import apply_dirichlet, fixed_indices, fixed_mask_from_indices, zero_fixed_rows
 from warp_meshad._src.solve.line_search import armijo
 from warp_meshad._src.solve.linear import LinearSolveError, LinearSolver, make_linear_solver
-from warp_meshad._src.solve.vector_ops import add_to_diagonal, axpy_into, dot, lincomb_into, norm, scale_into
+from warp_meshad._src.solve.vector_ops import check_finite_variables, add_to_diagonal, axpy_into, dot, lincomb_into, norm, scale_into
 
 __all__ = [
     "GaussNewtonSolver",
@@ -238,6 +238,7 @@ class _Driver:
         gradient_tolerance: float | None = None,
         energy_tolerance: float = 1e-12,
         callback: Callable[[int, wp.array, float], Any] | None = None,
+        check_finite: bool = True,
     ) -> SolveResult:
         """Minimize the problem's energy from ``x``.
 
@@ -250,11 +251,16 @@ class _Driver:
             energy_tolerance: stop when ``|f_old - f_new| <= energy_tolerance * max(1, |f_old|)`` after a step.
             callback: optional ``callback(iteration, x, f)`` called after every accepted step; returning True stops
                 the solve (reason ``"callback"``).
+            check_finite: refuse a start point holding NaN or inf (one reduction on the device, a host read of one
+                number; the message names the first bad variable). The evaluations themselves do not check: NaN in
+                x gives NaN energies, gradients and Hessian blocks.
 
         Returns:
             :class:`SolveResult`.
         """
         self._check_x(x)
+        if check_finite:
+            check_finite_variables(x, f"{type(self).__name__}.solve(x=...)")
         if int(max_iterations) < 0:
             raise ValueError(f"max_iterations: expected >= 0, got {max_iterations}")
         if not tolerance >= 0.0 or not energy_tolerance >= 0.0:

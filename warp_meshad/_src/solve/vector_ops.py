@@ -11,10 +11,11 @@ Every solver, the line search and the benchmarks use these; none keeps a private
 import math
 from typing import Any
 
+import numpy as np
 import warp as wp
 import warp.sparse as wps
 
-__all__ = ["add_to_diagonal", "axpy_into", "dot", "lincomb_into", "norm", "scale_into"]
+__all__ = ["add_to_diagonal", "axpy_into", "check_finite_variables", "dot", "lincomb_into", "norm", "scale_into"]
 
 
 @wp.kernel(enable_backward=False, module="unique")
@@ -154,4 +155,23 @@ def add_to_diagonal(A: wps.BsrMatrix, value: float) -> None:
         dim=A.nrow,
         inputs=[A.offsets, A.columns, A.nrow, A.scalar_type(value), A.values],
         device=A.device,
+    )
+
+
+def check_finite_variables(x: wp.array, what: str) -> None:
+    """Raise ``ValueError`` when ``x`` holds NaN or inf, naming ``what`` and the first bad variable.
+
+    One reduction on the device (``x . x`` is finite exactly when every entry is, short of overflow past the dtype's
+    largest number) and a host read of its result; the host copy of ``x`` is made only to word the error.
+    """
+    if math.isfinite(dot(x, x)):
+        return
+    values = x.numpy().reshape(x.shape[0], -1)
+    bad = np.flatnonzero(~np.isfinite(values).all(axis=1))
+    if bad.size == 0:  # finite but too large to square in this dtype
+        raise ValueError(f"{what}: values too large for {x.dtype.__name__} (their squares overflow): max |x| = "
+                         f"{np.abs(values).max():.3g}")
+    raise ValueError(
+        f"{what}: expected finite values, got NaN or inf at {bad.size} variable{'s' if bad.size > 1 else ''}, first "
+        f"x[{int(bad[0])}] = {values[bad[0]].tolist() if values.shape[1] > 1 else float(values[bad[0], 0])}"
     )
