@@ -56,7 +56,7 @@ class Problem:
             Hessians come out bitwise identical run to run as well. Interaction terms and
             Gauss-Newton Hessians always use the atomic assembly.
         tile_config: the knobs of the tiled assembly (threads per block, shared memory per tile, write-out,
-            register cap), a :class:`~warp_meshad._src.problem.tiled.TileConfig`; default: its defaults.
+            register cap), a :class:`~warp_meshad.TileConfig`; default: its defaults.
 
     Variables ``x`` are a ``wp.array`` of shape [variable_count] with dtype ``vec{variable_dim}``
     of ``dtype`` (or ``dtype`` itself when ``variable_dim == 1``), on ``device``. The evaluations do not check

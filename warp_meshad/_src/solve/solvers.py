@@ -438,8 +438,9 @@ class NewtonSolver(_Driver):
 
     Args:
         problem: a :class:`warp_meshad.Problem`.
-        linear_solver: back-end name (``"auto"``, ``"scipy"``, ``"cg"``, ``"cupy"``, ``"cudss"``) or a
-            :class:`~warp_meshad._src.solve.linear.LinearSolver` instance.
+        linear_solver: back-end name (one of ``LINEAR_SOLVER_NAMES``: ``"auto"``, ``"qdldl"``, ``"scipy"``,
+            ``"cg"``, ``"cupy"``, ``"cudss"``; see :func:`~warp_meshad.make_linear_solver`) or a
+            :class:`~warp_meshad.LinearSolver` instance.
         project_hessian: project every element Hessian to PSD before assembly (projected Newton).
         projection: ``"clamp"`` (eigenvalues below ``projection_eps`` set to it) or ``"abs"`` (absolute values).
         projection_eps: smallest eigenvalue kept by the projection.
