@@ -190,13 +190,13 @@ class App(_AppBase):
         dev = self.device
         n = mesh.vertex_count
         if any(i >= n for i in c.fixed_vertices):
-            raise ConfigError(c.source or "ArapConfig(...)", "fixed_vertices",
+            raise ConfigError(c.origin("fixed_vertices"), "fixed_vertices",
                               f"indices must be < vertex_count {n}, got {c.fixed_vertices}")
         self.x0 = np.array(mesh.vertices, dtype=np.float64)
         self.fixed, self.moved, self.targets = handle_targets(self.x0, c)
         self.pinned = np.union1d(self.fixed, self.moved)
         if self.pinned.size == 0:
-            raise ConfigError(c.source or "ArapConfig(...)", "fixed_below",
+            raise ConfigError(c.origin("fixed_below"), "fixed_below",
                               "no handle vertex selected: the deformation would be undetermined")
         cot = cotangent_weights(mesh)
         self.negative_cotangent_count = int(np.sum(cot < 0.0))

@@ -139,7 +139,7 @@ class App(_AppBase):
         super().__init__(config)
         c = self.config
         if any(i >= self.mesh.vertex_count for i in c.pinned_vertices):
-            raise ConfigError(c.source or "ClothConfig(...)", "pinned_vertices",
+            raise ConfigError(c.origin("pinned_vertices"), "pinned_vertices",
                               f"indices must be < vertex_count {self.mesh.vertex_count}, got {c.pinned_vertices}")
         f64 = self.dtype == wp.float64
         vec3 = wp.vec3d if f64 else wp.vec3f
@@ -176,7 +176,7 @@ class App(_AppBase):
             self.problem.add_term(self.mesh.vertex_indices, sphere_barrier, barrier, name="sphere_barrier")
             gap = np.linalg.norm(self.x0 - np.asarray(s.center), axis=1) - s.radius
             if gap.min() <= 0.0:
-                raise ConfigError(c.source or "ClothConfig(...)", "sphere",
+                raise ConfigError(c.origin("sphere"), "sphere",
                                   f"the cloth starts inside the sphere (vertex {int(gap.argmin())} is "
                                   f"{-gap.min():.3g} m inside)")
             bound = self._sphere_step_bound

@@ -185,7 +185,7 @@ class App(_AppBase):
         """Builds :attr:`tet_mesh` (the bar, or the file, scaled by ``size`` and moved to ``center``) and returns its
         boundary surface."""
         c = self.config
-        where = c.source or "ElasticConfig(...)"
+        where = c.origin("mesh")
         try:
             path = c.mesh_path()
             if path is None:
@@ -217,9 +217,9 @@ class App(_AppBase):
         c = self.config
         mesh = self.tet_mesh
         n = mesh.vertex_count
-        where = c.source or "ElasticConfig(...)"
         if any(i >= n for i in c.pinned_vertices):
-            raise ConfigError(where, "pinned_vertices", f"indices must be < vertex_count {n}, got {c.pinned_vertices}")
+            raise ConfigError(c.origin("pinned_vertices"), "pinned_vertices",
+                              f"indices must be < vertex_count {n}, got {c.pinned_vertices}")
         dev = self.device
         self.x0 = np.array(mesh.vertices)
         sides = {s: _side_vertices(self.x0, s, c.pin_depth) for s in c.pins}

@@ -251,14 +251,15 @@ class App(_AppBase):
         super().__init__(config)
         c = self.config
         mesh = self.mesh
-        where = c.source or "FrameFieldConfig(...)"
         if any(i >= mesh.face_count for i in c.constrained_faces):
-            raise ConfigError(where, "constrained_faces",
+            raise ConfigError(c.origin("constrained_faces"), "constrained_faces",
                               f"indices must be < face_count {mesh.face_count}, got {c.constrained_faces}")
         if mesh.interior_edges.size == 0:
-            raise ConfigError(where, "mesh", f"{mesh.source} has no interior edge: nothing couples its faces")
+            raise ConfigError(c.origin("mesh"), "mesh",
+                              f"{mesh.source} has no interior edge: nothing couples its faces")
         if (mesh.face_areas() <= 0.0).any():
-            raise ConfigError(where, "mesh", f"{mesh.source} has zero-area faces: their frames are undefined")
+            raise ConfigError(c.origin("mesh"), "mesh",
+                              f"{mesh.source} has zero-area faces: their frames are undefined")
         dev = self.device
         t0 = time.perf_counter()
         self.frames = face_frames(mesh)

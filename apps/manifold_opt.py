@@ -213,15 +213,15 @@ class App(_AppBase):
         super().__init__(config)
         c = self.config
         mesh = self.mesh
-        where = c.source or "ManifoldOptConfig(...)"
         if c.cut_vertex >= mesh.vertex_count:
-            raise ConfigError(where, "cut_vertex", f"must be < vertex_count {mesh.vertex_count}, got {c.cut_vertex}")
+            raise ConfigError(c.origin("cut_vertex"), "cut_vertex",
+                              f"must be < vertex_count {mesh.vertex_count}, got {c.cut_vertex}")
         t0 = time.perf_counter()
         try:
             self.points0, self.start = initial_sphere_embedding(mesh, c.initial, c.cut_vertex, c.barrier_weight)
         except ValueError as exc:
             key = "mesh" if "genus-0" in str(exc) else "initial" if c.initial == "normalize" else "cut_vertex"
-            raise ConfigError(where, key, str(exc)) from None
+            raise ConfigError(c.origin(key), key, str(exc)) from None
         self.start["time_ms"] = (time.perf_counter() - t0) * 1000.0
         dev = self.device
         n = mesh.vertex_count

@@ -110,9 +110,13 @@ def test_bad_yaml_names_file(tmp_path, text, fragment):
 
 
 def test_overrides_errors_name_their_flag(tmp_path):
-    with pytest.raises(ConfigError, match=r"^--set: key 'grid.nx': expected an int"):
-        load_config(HANGING, overrides=parse_set(["grid.nx=abc"]))
-    with pytest.raises(ConfigError, match=r"^--steps: key 'steps': expected an int >= 0"):
+    with pytest.raises(ConfigError, match=r"^--set grid.nx=abc: key 'grid.nx': expected an int"):
+        load_config(HANGING, overrides=parse_set(["steps=2", "grid.nx=abc"]))
+    with pytest.raises(ConfigError, match=r"^--set gravity=\[0, x, 0\]: key 'gravity\[1\]': expected a number"):
+        load_config(HANGING, overrides=parse_set(["gravity=[0, x, 0]"]))
+    with pytest.raises(ConfigError, match=r"^--set colour=1: key 'colour': unknown key"):
+        load_config(HANGING, overrides=parse_set(["colour=1"]))
+    with pytest.raises(ConfigError, match=r"^--steps -1: key 'steps': expected an int >= 0"):
         load_config(HANGING, flags={"--steps": {"steps": -1}})
     with pytest.raises(ConfigError, match=r"^--set: key 'app'"):
         load_config(HANGING, overrides={"app": "smoothing"})
@@ -129,7 +133,7 @@ def test_mesh_path_resolves_against_the_config_folder(tmp_path, monkeypatch):
     # a path given with --set is relative to the current folder
     monkeypatch.chdir(tmp_path / "meshes")
     assert pathlib.Path(load_config(path, overrides={"mesh": "tri.obj"}).mesh) == c.mesh_path().resolve()
-    with pytest.raises(ConfigError, match=r"^--set: key 'mesh': mesh file not found"):
+    with pytest.raises(ConfigError, match=r"^--set mesh=../meshes/none.obj: key 'mesh': mesh file not found"):
         load_config(path, overrides={"mesh": "../meshes/none.obj"})
 
 

@@ -30,10 +30,10 @@ SMALL = ["--test", "--steps", "1", "--device", "cpu", "--headless", "--set", "sc
 BAD_MESHES = {
     # three faces on the edge (1, 2)
     "non_manifold": ("v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 -1 0\nv 0 0 1\nf 1 2 3\nf 2 1 4\nf 1 5 2\n",
-                     "non-manifold mesh: 1 edges are shared by more than 2 faces"),
+                     "non-manifold mesh: 1 edge is shared by more than 2 faces"),
     "nan": ("v nan 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\n", "have NaN or infinite coordinates"),
     "empty": ("# nothing here\n", "empty mesh"),
-    "unreferenced": ("v 0 0 0\nv 1 0 0\nv 0 1 0\nv 5 5 5\nf 1 2 3\n", "1 of 4 vertices are not used by any face"),
+    "unreferenced": ("v 0 0 0\nv 1 0 0\nv 0 1 0\nv 5 5 5\nf 1 2 3\n", "1 of 4 vertices is not used by any face"),
 }
 
 
@@ -51,8 +51,34 @@ def test_bad_mesh_exits_2_with_the_mesh_error(app, kind, tmp_path, capsys):
                "--set", f"mesh={mesh}"])
     err = capsys.readouterr().err
     assert rc == 2, err
-    assert err.startswith("warp-meshad: error: ") and f"key 'mesh': {mesh}: " in err and fragment in err, err
+    assert err.startswith(f"warp-meshad: error: --set mesh={mesh}: key 'mesh': {mesh}: ") and fragment in err, err
     assert not (tmp_path / "out" / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("argv, first_line", [
+    (["--set", "mesh=BAD"], "--set mesh=BAD: key 'mesh': expected 'bar' or an .msh/.vtk/.vtu/.mesh/.obj/.off/.ply "
+                            "file, got '{cwd}/BAD'"),
+    (["--set", "steps=2", "--set", "mesh=BAD.obj"], "--set mesh=BAD.obj: key 'mesh': mesh file not found: "
+                                                    "'{cwd}/BAD.obj' (resolved to {cwd}/BAD.obj)"),
+    (["--device", "cuda:99"], "--device cuda:99: key 'device': 'cuda:99' requested but {cuda} found; use --device "
+                              "cpu"),
+    (["--set", "device=cuda:99"], "--set device=cuda:99: key 'device': 'cuda:99' requested but {cuda} found; use "
+                                  "--device cpu"),
+    (["--set", "pinned_vertices=[0, 99999]"], "--set pinned_vertices=[0, 99999]: key 'pinned_vertices': indices "
+                                              "must be < vertex_count 1046, got [0, 99999]"),
+])
+def test_errors_name_the_flag_that_gave_the_value(argv, first_line, tmp_path, monkeypatch, capsys):
+    """The error names the --set pair or flag a bad value came from, not the scene's YAML file (issue 21 point 3)."""
+    import warp as wp
+
+    from warp_meshad._src.plural import plural
+
+    monkeypatch.chdir(tmp_path)
+    rc = main(["run", "elastic/bunny", "--test", "--headless", "--output", str(tmp_path / "out"), *argv])
+    err = capsys.readouterr().err
+    cuda = plural(wp.get_cuda_device_count(), "CUDA device")
+    assert rc == 2, err
+    assert err.splitlines()[-1] == "warp-meshad: error: " + first_line.format(cwd=tmp_path, cuda=cuda), err
 
 
 def test_bad_mesh_from_a_config_file_in_a_subprocess_has_no_traceback(tmp_path):
@@ -123,8 +149,8 @@ def test_unwritable_output_exits_2_before_the_run(case, reason, tmp_path, capsys
     rc = main(["run", "cloth/hanging", *SMALL, "--output", str(out)])
     err = capsys.readouterr().err
     assert rc == 2, err
-    assert err == (f"warp-meshad: error: --output: key 'output': cannot write the outputs to folder '{out}': {reason}; "
-                   "choose another folder (--output DIR)\n")  # the only line: the app was never built
+    assert err == (f"warp-meshad: error: --output {out}: key 'output': cannot write the outputs to folder '{out}': "
+                   f"{reason}; choose another folder (--output DIR)\n")  # the only line: the app was never built
     assert blocker.read_text() == "not a folder"
 
 
@@ -233,3 +259,15 @@ def test_warmup_help_names_the_subcommand(capsys):
         main(["--help"])
     assert info.value.code == 0
     assert "{run,warmup,list}" in capsys.readouterr().out
+
+
+def test_the_summary_line_counts_in_words(tmp_path, capsys):
+    """``1 step, 1 iteration`` / ``2 steps, 7 iterations``: the run's last line (issue 21 point 4)."""
+    assert main(["run", "cloth/hanging", *SMALL, "--set", "iterations=1", "--output", str(tmp_path)]) == 0
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("warp-meshad: 1 step, 1 iteration, final energy "), last
+    assert main(["run", "cloth/hanging", *SMALL, "--steps", "2", "--output", str(tmp_path)]) == 0
+    iterations = json.loads((tmp_path / "metrics.json").read_text())["iterations"]
+    assert iterations > 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(f"warp-meshad: 2 steps, {iterations} iterations, final energy "), last

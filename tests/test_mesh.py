@@ -162,7 +162,7 @@ def test_inconsistent_orientation_is_non_manifold():
 def test_edge_in_three_faces_names_the_edge():
     v = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, -1, 0], [0, 0, 1]], dtype=float)
     f = np.array([[0, 1, 2], [1, 0, 3], [0, 1, 4]])
-    with pytest.raises(MeshError, match=r"1 edges are shared by more than 2 faces \[\(0, 1\) in 3 faces\]"):
+    with pytest.raises(MeshError, match=r"1 edge is shared by more than 2 faces \[\(0, 1\) in 3 faces\]"):
         TriMesh(v, f)
 
 
@@ -197,6 +197,33 @@ def test_empty_mesh():
         TriMesh([], [])
 
 
+def test_counts_agree_with_their_nouns(tmp_path):
+    """One of a thing reads "1 edge is", more "2 edges are" (issue 21 point 4): the exact messages."""
+    from warp_meshad._src.plural import plural
+
+    assert [plural(0, "edge"), plural(1, "edge"), plural(2, "edge")] == ["0 edges", "1 edge", "2 edges"]
+    assert [plural(1, "vertex", "vertices"), plural(3, "vertex", "vertices")] == ["1 vertex", "3 vertices"]
+    v, f = _tetrahedron()
+    with pytest.raises(MeshError) as info:
+        TriMesh(v[:1], np.zeros((0, 3), dtype=np.int32))
+    assert str(info.value) == ("TriMesh(...): empty mesh: 1 vertex (array shape (1, 3)) and 0 faces (array shape "
+                               "(0, 3)); expected at least one vertex and one triangle")
+    path = tmp_path / "short.obj"
+    path.write_text("v 0 0 0\nv 1 0 0\nv 0 1\nf 1 2 3\n")
+    with pytest.raises(MeshError) as info:
+        TriMesh.from_file(path)
+    assert str(info.value) == f"{path}: vertex 2 ('v 0 1') has 2 coordinates; expected 3"
+    path.write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\nf 1\n")
+    with pytest.raises(MeshError) as info:
+        TriMesh.from_file(path)
+    assert str(info.value) == f"{path}: face line 1 ('f 1') has 1 vertex; expected >= 3"
+    edge_in_three = np.array([[0, 1, 2], [1, 0, 3], [0, 1, 4]])
+    with pytest.raises(MeshError) as info:
+        TriMesh(np.vstack([v, [[0.0, 0.0, 1.0]]]), edge_in_three)
+    assert str(info.value).startswith("TriMesh(...): non-manifold mesh: 1 edge is shared by more than 2 faces "
+                                      "[(0, 1) in 3 faces]. Expected"), str(info.value)
+
+
 def test_repeated_vertex_in_face():
     v, f = _tetrahedron()
     f = np.vstack([f, [[1, 1, 2]], [[3, 0, 3]]])
@@ -208,7 +235,7 @@ def test_unreferenced_vertex_arrays():
     v, f = _tetrahedron()
     v = np.vstack([v[:2], [[9.0, 9.0, 9.0]], v[2:]])
     f = np.where(f >= 2, f + 1, f)
-    with pytest.raises(MeshError, match=r"1 of 5 vertices are not used.*\[2\].*unreferenced=\"remove\""):
+    with pytest.raises(MeshError, match=r"1 of 5 vertices is not used.*\[2\].*unreferenced=\"remove\""):
         TriMesh(v, f)
     mesh = TriMesh(v, f, unreferenced="remove")
     np.testing.assert_array_equal(mesh.vertex_map, [0, 1, 3, 4])

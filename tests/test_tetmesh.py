@@ -155,12 +155,12 @@ def test_non_manifold_and_overlapping_tets_are_refused():
     assert mesh.boundary_mesh().is_closed
     # a third tet on the shared triangle
     v3 = np.vstack([v, [[0.3, 0.3, 2.0]]])
-    with pytest.raises(MeshError, match=r"non-manifold tet mesh: 1 triangles are shared by more than 2 tets "
+    with pytest.raises(MeshError, match=r"non-manifold tet mesh: 1 triangle is shared by more than 2 tets "
                                         r"\[\[0, 1, 2\] in tets \[0, 1, 2\]\]"):
         TetMesh(v3, np.vstack([t, [[0, 1, 2, 5]]]))
     # two tets on the same side of a triangle overlap
     v2 = np.vstack([UNIT_TET, [[0.1, 0.1, 0.5]]])
-    with pytest.raises(MeshError, match=r"1 triangles are shared by two tets lying on the same side of them "
+    with pytest.raises(MeshError, match=r"1 triangle is shared by two tets lying on the same side of them "
                                         r"\(overlapping tets\) \[\[0, 1, 2\] in tets \[0, 1\]\]"):
         TetMesh(v2, [[0, 1, 2, 3], [0, 1, 2, 4]])
 

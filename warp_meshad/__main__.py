@@ -86,11 +86,9 @@ def _config(args):
 
 
 def _run(args) -> int:
-    from warp_meshad.app import check_output_folder, run
+    from warp_meshad.app import run
 
     config = _config(args)
-    if args.output is not None:
-        check_output_folder(config.output, "--output")  # before anything runs; the error names the flag
     viewer = True if args.viewer else (False if args.headless else None)
     run(config, quiet=args.quiet, viewer=viewer)
     return 0

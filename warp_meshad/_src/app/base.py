@@ -15,12 +15,17 @@ import numpy as np
 
 from warp_meshad._src.app.config import AppConfig, ConfigError, finish_config
 from warp_meshad._src.mesh.trimesh import MeshError, TriMesh
+from warp_meshad._src.plural import plural
 
 __all__ = ["App", "resolve_device"]
 
 
 def resolve_device(name: str | None, where: str = "device") -> tuple[str, str]:
     """The Warp device to use and why: ``name`` if given, else the first CUDA device if any, else the CPU.
+
+    Args:
+        name: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None.
+        where: the file or flag ``name`` came from, named in the error.
 
     Raises:
         ConfigError: a CUDA device was asked for but none (or not that one) exists.
@@ -35,8 +40,8 @@ def resolve_device(name: str | None, where: str = "device") -> tuple[str, str]:
     if name.startswith("cuda"):
         index = int(name.split(":")[1]) if ":" in name else 0
         if index >= count:
-            raise ConfigError(where, "device", f"{name!r} requested (config or --device) but {count} CUDA device(s) "
-                                               "found; use --device cpu")
+            raise ConfigError(where, "device", f"{name!r} requested but {plural(count, 'CUDA device')} found; use "
+                                               "--device cpu")
         return f"cuda:{index}", "requested"
     return name, "requested"
 
@@ -71,9 +76,9 @@ class App:
                             f"{type(config).__name__}")
         if not config.app:
             config = config.model_copy(update={"app": self.name})
-        config = finish_config(config, config.source or f"{self.config_class.__name__}(...)")
+        config = finish_config(config)
         self.config = config
-        self.device, self.device_reason = resolve_device(config.device, config.source or "config")
+        self.device, self.device_reason = resolve_device(config.device, config.origin("device"))
         self.dtype = wp.float64 if config.dtype == "float64" else wp.float32
         self.history: list[dict] = []
         self.steps_done = 0
@@ -95,7 +100,7 @@ class App:
                 return TriMesh.grid(g.nx, g.ny, g.width, g.height)
             return TriMesh.from_file(c.mesh_path())
         except MeshError as exc:
-            raise ConfigError(c.source or f"{self.config_class.__name__}(...)", "mesh", str(exc)) from None
+            raise ConfigError(c.origin("mesh"), "mesh", str(exc)) from None
 
     def record(self, result, **extra) -> dict:
         """Append a :class:`~warp_meshad._src.solve.solvers.SolveResult` to :attr:`history` as one step; return the record."""
@@ -179,6 +184,6 @@ class App:
         c = self.config
         m = self.mesh
         mesh = f"{c.grid.nx}x{c.grid.ny} grid" if c.mesh == "grid" else pathlib.Path(c.mesh).name
-        steps = f"{c.steps} step{'' if c.steps == 1 else 's'}"
-        return (f"{self.name}/{c.scene or 'custom'}: {mesh} ({m.vertex_count} vertices, {m.face_count} faces), "
-                f"{c.dtype}, solver {c.solver}, {steps}, on {self.device} ({self.device_reason})")
+        return (f"{self.name}/{c.scene or 'custom'}: {mesh} ({plural(m.vertex_count, 'vertex', 'vertices')}, "
+                f"{plural(m.face_count, 'face')}), {c.dtype}, solver {c.solver}, {plural(c.steps, 'step')}, on "
+                f"{self.device} ({self.device_reason})")

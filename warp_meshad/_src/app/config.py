@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from warp_meshad._src.solve.linear import LINEAR_SOLVER_NAMES
 
 __all__ = ["AppConfig", "ConfigError", "ConfigModel", "GridConfig", "apply_overrides", "check_config",
-           "finish_config"]
+           "finish_config", "key_origin"]
 
 
 class ConfigError(ValueError):
@@ -101,6 +101,8 @@ class AppConfig(ConfigModel):
         scene: the config file's name without extension (set by the loader).
         source: the config file's path (set by the loader).
         test_run: the ``test:`` block was asked for (``load_config(..., test=True)``, set by the loader).
+        origins: how the command line set each key it gave, by dotted key (``{"mesh": "--set mesh=a.obj",
+            "device": "--device cpu"}``; set by the loader); errors about a key name it (:meth:`origin`).
     """
 
     app: str = ""
@@ -121,8 +123,9 @@ class AppConfig(ConfigModel):
     scene: str = ""
     source: Optional[str] = None
     test_run: bool = False
+    origins: dict[str, str] = Field(default_factory=dict)
 
-    internal_fields: ClassVar[frozenset[str]] = frozenset({"scene", "source", "test_run"})
+    internal_fields: ClassVar[frozenset[str]] = frozenset({"scene", "source", "test_run", "origins"})
     # names of built-in mesh generators (no file) and the mesh file extensions an app reads; apps may widen them
     mesh_generators: ClassVar[tuple[str, ...]] = ("grid",)
     mesh_suffixes: ClassVar[tuple[str, ...]] = (".obj", ".off", ".ply")
@@ -150,6 +153,12 @@ class AppConfig(ConfigModel):
             errors.append(("device", f"expected 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"))
         return errors
 
+    def origin(self, key: str) -> str:
+        """Where the value of ``key`` (dotted: ``"grid.nx"``) came from, for messages: the command-line flag that set
+        it or its group (``"--set grid.nx=8"``, ``"--device cuda:7"``), else the config file, else
+        ``"<ConfigClass>(...)"`` for a config built in Python."""
+        return key_origin(self.origins, key) or self.source or f"{type(self).__name__}(...)"
+
     def mesh_path(self) -> pathlib.Path | None:
         """The mesh file (absolute once loaded from a file), or None for a built-in generator."""
         if self.mesh in self.mesh_generators:
@@ -158,6 +167,17 @@ class AppConfig(ConfigModel):
         if not p.is_absolute() and self.source:
             p = pathlib.Path(self.source).resolve().parent / p
         return p
+
+
+def key_origin(origins: dict[str, str], key: str) -> str | None:
+    """The entry of ``origins`` (by dotted key) for ``key`` or its nearest group: ``"grid.nx"`` and ``"gravity[1]"``
+    find ``"grid"`` and ``"gravity"``; None when neither is there."""
+    parts = re.sub(r"\[\d+\]", "", key).split(".")
+    for n in range(len(parts), 0, -1):
+        found = origins.get(".".join(parts[:n]))
+        if found is not None:
+            return found
+    return None
 
 
 def _public_fields(cls: type[ConfigModel]) -> list[str]:
@@ -258,19 +278,27 @@ def apply_overrides(config: ConfigModel, mapping: dict, where: str, prefix: str 
         raise _config_error(exc, config, where, prefix) from None
 
 
-def check_config(config: AppConfig, where: str, prefix: str = "") -> None:
-    """Raise the first of ``config.validate()``'s errors as a :class:`ConfigError`."""
+def check_config(config: AppConfig, where: str | None = None, prefix: str = "") -> None:
+    """Raise the first of ``config.validate()``'s errors as a :class:`ConfigError`.
+
+    Args:
+        config: the config to check.
+        where: the file or flag named in the error; None: where the key's value came from (:meth:`AppConfig.origin`).
+        prefix: dotted prefix of the keys in errors (``"test."`` for the test block).
+    """
     for key, message in config.validate():
-        raise ConfigError(where, prefix + key, message)
+        raise ConfigError(where or config.origin(key), prefix + key, message)
 
 
-def finish_config(config: AppConfig, where: str) -> AppConfig:
-    """``config`` validated, with its mesh file checked and made absolute.
+def finish_config(config: AppConfig) -> AppConfig:
+    """``config`` validated, with its mesh file checked and made absolute; errors name where each key's value came
+    from (:meth:`AppConfig.origin`).
 
     Raises:
         ConfigError: an invalid value, or key ``mesh``: not a generator nor a mesh file of a known kind, or missing.
     """
-    check_config(config, where)
+    check_config(config)
+    where = config.origin("mesh")
     mp = config.mesh_path()
     if mp is not None:
         if mp.suffix.lower() not in config.mesh_suffixes:

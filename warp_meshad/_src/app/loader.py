@@ -11,7 +11,14 @@ from __future__ import annotations
 import pathlib
 import re
 
-from warp_meshad._src.app.config import AppConfig, ConfigError, apply_overrides, check_config, finish_config
+from warp_meshad._src.app.config import (
+    AppConfig,
+    ConfigError,
+    apply_overrides,
+    check_config,
+    finish_config,
+    key_origin,
+)
 from warp_meshad._src.app.registry import app_class, available_apps, configs_root
 
 __all__ = ["load_config", "parse_set"]
@@ -100,7 +107,8 @@ def load_config(path, overrides: dict | None = None, test: bool = False, flags: 
             (e.g. ``{"--steps": {"steps": 2}}``).
 
     Returns:
-        The app's config (its :class:`AppConfig` subclass) with ``scene`` and ``source`` set and ``mesh`` resolved to an absolute path.
+        The app's config (its :class:`AppConfig` subclass) with ``scene``, ``source`` and ``origins`` (the flag that
+        set each key given by ``overrides`` or ``flags``) set and ``mesh`` resolved to an absolute path.
 
     Raises:
         ConfigError: unreadable YAML, a missing or unknown ``app``, an unknown key, a wrong type, an invalid value or a
@@ -127,7 +135,6 @@ def load_config(path, overrides: dict | None = None, test: bool = False, flags: 
     config = cls.config_class(app=name, scene=p.stem, source=str(p.resolve()))
     config = apply_overrides(config, dict(data), where)
     check_config(config, where)
-    mesh_where = where
     if config.test:
         bad = {"app", "test"} & set(config.test)
         if bad:
@@ -142,12 +149,29 @@ def load_config(path, overrides: dict | None = None, test: bool = False, flags: 
         if mapping:
             if "app" in mapping:
                 raise ConfigError(label, "app", "the app is fixed by the config file")
-            config = apply_overrides(config, mapping, label)
-            check_config(config, label)
-            if "mesh" in mapping:
-                mesh_where = label
-                if config.mesh not in config.mesh_generators:  # a path on the command line: relative to the cwd
-                    config = config.model_copy(update={"mesh": str(pathlib.Path(config.mesh).expanduser().absolute())})
-    return finish_config(config, mesh_where)
+            given = _command_line(label, mapping)
+            try:
+                config = apply_overrides(config, mapping, label)
+            except ConfigError as exc:  # name the --set pair or flag that gave the key
+                raise ConfigError(key_origin(given, exc.key or "") or label, exc.key, exc.detail) from None
+            config = config.model_copy(update={"origins": {**config.origins, **given}})
+            check_config(config)
+            if "mesh" in mapping and config.mesh not in config.mesh_generators:
+                # a path on the command line: relative to the current folder
+                config = config.model_copy(update={"mesh": str(pathlib.Path(config.mesh).expanduser().absolute())})
+    return finish_config(config)
 
 
+def _command_line(label: str, mapping: dict, prefix: str = "") -> dict[str, str]:
+    """How the command line gave each leaf key of ``mapping``, by dotted key: ``--set grid.nx=8`` for ``--set``,
+    ``--device cuda:7`` for a flag (values other than strings written back as YAML)."""
+    out = {}
+    for k, v in mapping.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_command_line(label, v, f"{key}."))
+        else:
+            text = v if isinstance(v, str) else _yaml().safe_dump(v, default_flow_style=True, width=1e9).removesuffix(
+                "\n...\n").strip()
+            out[key] = f"--set {key}={text}" if label == "--set" else f"{label} {text}"
+    return out

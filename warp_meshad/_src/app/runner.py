@@ -33,6 +33,7 @@ from warp_meshad._src.app.progress import Progress, stderr_log
 from warp_meshad._src.app.registry import app_class
 from warp_meshad._src.codegen.module_loads import ModuleLoads
 from warp_meshad._src.mesh.files import new_file_mode
+from warp_meshad._src.plural import plural
 
 __all__ = ["RunReport", "WarmupReport", "run_app", "warmup_app"]
 
@@ -88,7 +89,7 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
     """
     if log is None:
         log = stderr_log(quiet)
-    out = check_output_folder(output_folder(config), config.source or "config")
+    out = check_output_folder(output_folder(config), config.origin("output"))
 
     times = {}
     t0 = time.perf_counter()
@@ -99,7 +100,7 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
     messages = []
     step_ends = []
     with ModuleLoads(log=None if quiet else log) as loads:
-        app = app_class(config.app, config.source or "config")(config)
+        app = app_class(config.app, config.origin("app"))(config)
         log(app.describe())
         times["setup"] = (time.perf_counter() - t0) * 1000.0
 
@@ -126,7 +127,7 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
     status = "not run"
     if check:
         if app.steps_done < config.steps:
-            status = f"skipped: {app.steps_done} of {config.steps} steps taken"
+            status = f"skipped: {app.steps_done} of {plural(config.steps, 'step')} taken"
         else:
             try:
                 app.check_final()
@@ -161,8 +162,8 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
     files["metrics"] = out / "metrics.json"
     for m in messages:
         log(m)
-    log(f"{app.steps_done} steps, {metrics['iterations']} iterations, final energy {app.energy:.9g}, "
-        f"check_final {status}; wrote {', '.join(p.name for p in files.values())} to {out}")
+    log(f"{plural(app.steps_done, 'step')}, {plural(metrics['iterations'], 'iteration')}, final energy "
+        f"{app.energy:.9g}, check_final {status}; wrote {', '.join(p.name for p in files.values())} to {out}")
     if failure is not None:
         raise failure
     return RunReport(app, out, files, metrics, messages)
@@ -206,9 +207,9 @@ def warmup_app(config: AppConfig, quiet: bool = False, log=None, iterations: int
     config = config.model_copy(update={"steps": 1, "iterations": max(1, min(config.iterations, int(iterations)))})
     t0 = time.perf_counter()
     with ModuleLoads(log=None if quiet else log) as loads:
-        app = app_class(config.app, config.source or "config")(config)
-        log(f"warming up {app.describe()}; one step of at most {config.iterations} solver iteration"
-            f"{'' if config.iterations == 1 else 's'}, no outputs")
+        app = app_class(config.app, config.origin("app"))(config)
+        log(f"warming up {app.describe()}; one step of at most {plural(config.iterations, 'solver iteration')}, no "
+            "outputs")
         app.step()
     seconds = time.perf_counter() - t0
     log(f"{loads.describe()}; warm-up took {seconds:.1f} s")

@@ -13,6 +13,8 @@ import pathlib
 
 import numpy as np
 
+from warp_meshad._src.plural import plural
+
 __all__ = [
     "SHOW",
     "UNREFERENCED_MODES",
@@ -99,9 +101,9 @@ def check_arrays(src: str, vertices, elements, kind: ElementWords) -> tuple[np.n
 
     if v.size == 0 or e.size == 0:
         raise MeshError(
-            f"{src}: empty mesh: {v.shape[0] if v.ndim else 0} vertices (array shape {v.shape}) and "
-            f"{e.shape[0] if e.ndim else 0} {name} (array shape {e.shape}); expected at least one "
-            f"vertex and one {kind.noun}"
+            f"{src}: empty mesh: {plural(v.shape[0] if v.ndim else 0, 'vertex', 'vertices')} (array shape {v.shape}) "
+            f"and {plural(e.shape[0] if e.ndim else 0, kind.single, name)} (array shape {e.shape}); expected at least "
+            f"one vertex and one {kind.noun}"
         )
     if v.ndim != 2 or v.shape[1] != 3:
         raise MeshError(f"{src}: vertices have shape {v.shape}; expected (n, 3)")
@@ -175,8 +177,8 @@ def referenced_vertices(src: str, v: np.ndarray, e: np.ndarray, unreferenced: st
     error = None
     if removed.size and unreferenced == "error":
         error = MeshError(
-            f"{src}: {removed.size} of {n} vertices are not used by any {kind.single} "
-            f"(unreferenced vertices {first_items(removed)}); expected every vertex in a {kind.single}. "
+            f"{src}: {plural(removed.size, f'of {n} vertices is', f'of {n} vertices are')} not used by any "
+            f"{kind.single} (unreferenced vertices {first_items(removed)}); expected every vertex in a {kind.single}. "
             f'Pass unreferenced="remove" to drop them ({kind.mesh}(..., unreferenced="remove") or '
             f'{kind.mesh}.from_file(path, unreferenced="remove"); mesh.vertex_map then maps kept '
             f"vertices to their original indices)"

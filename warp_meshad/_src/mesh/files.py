@@ -13,6 +13,7 @@ import tempfile
 import numpy as np
 
 from warp_meshad._src.mesh.checks import MeshError
+from warp_meshad._src.plural import plural
 
 __all__ = ["TRIANGLE_WRITERS", "atomic_write", "new_file_mode", "read_obj", "read_with_trimesh"]
 
@@ -59,7 +60,8 @@ def read_obj(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
         counts = np.fromiter((len(s.split()) for s in v_rows), dtype=np.int64, count=len(v_rows))
         if counts.min() < 3:
             k = int(np.argmax(counts < 3))
-            raise MeshError(f"{path}: vertex {k} ('v {v_rows[k].strip()}') has {counts[k]} coordinates; expected 3")
+            raise MeshError(f"{path}: vertex {k} ('v {v_rows[k].strip()}') has {plural(counts[k], 'coordinate')}; "
+                            "expected 3")
         try:
             if counts.min() == counts.max():
                 vertices = np.array(" ".join(v_rows).split(), dtype=np.float64).reshape(-1, counts[0])[:, :3]
@@ -81,7 +83,8 @@ def read_obj(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
     sizes = np.fromiter((len(s.split()) for s in f_rows), dtype=np.int64, count=len(f_rows))
     if sizes.min() < 3:
         k = int(np.argmax(sizes < 3))
-        raise MeshError(f"{path}: face line {k} ('f {f_rows[k].strip()}') has {sizes[k]} vertices; expected >= 3")
+        raise MeshError(f"{path}: face line {k} ('f {f_rows[k].strip()}') has "
+                        f"{plural(sizes[k], 'vertex', 'vertices')}; expected >= 3")
     joined = "\n".join(f_rows)
     if "/" in joined:
         joined = re.sub(r"/\S*", "", joined)

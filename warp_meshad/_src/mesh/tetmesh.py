@@ -38,6 +38,7 @@ from warp_meshad._src.mesh.files import atomic_write
 from warp_meshad._src.mesh.sorting import sorted_groups
 from warp_meshad._src.mesh.trimesh import TriMesh
 from warp_meshad._src.mesh.vertex_mesh import VertexMesh
+from warp_meshad._src.plural import plural
 
 __all__ = ["TetMesh"]
 
@@ -179,13 +180,15 @@ class TetMesh(VertexMesh):
                 tets_of = [np.unique(order[starts[f]:starts[f] + counts[f]] // 4).tolist() for f in over[:3]]
                 shown = ", ".join(f"{faces_sorted[f].tolist()} in tets {ts}" for f, ts in zip(over[:3], tets_of))
                 more = ", ..." if over.size > 3 else ""
-                parts.append(f"{over.size} triangles are shared by more than 2 tets [{shown}{more}]")
+                parts.append(f"{plural(over.size, 'triangle is', 'triangles are')} shared by more than 2 tets "
+                             f"[{shown}{more}]")
             if same.size:
                 tets_of = [(order[starts[f]:starts[f] + 2] // 4).tolist() for f in same[:3]]
                 shown = ", ".join(f"{faces_sorted[f].tolist()} in tets {ts}" for f, ts in zip(same[:3], tets_of))
                 more = ", ..." if same.size > 3 else ""
                 parts.append(
-                    f"{same.size} triangles are shared by two tets lying on the same side of them (overlapping "
+                    f"{plural(same.size, 'triangle is', 'triangles are')} shared by two tets lying on the same side of "
+                    f"them (overlapping "
                     f"tets) [{shown}{more}]"
                 )
             raise MeshError(

@@ -37,6 +37,7 @@ from warp_meshad._src.mesh.checks import (
 from warp_meshad._src.mesh.files import TRIANGLE_WRITERS, atomic_write, read_obj, read_with_trimesh
 from warp_meshad._src.mesh.sorting import sorted_groups
 from warp_meshad._src.mesh.vertex_mesh import VertexMesh
+from warp_meshad._src.plural import plural
 
 __all__ = ["MeshError", "TriMesh"]
 
@@ -130,13 +131,13 @@ class TriMesh(VertexMesh):
             if over.size:
                 shown = ", ".join(f"({edges[e, 0]}, {edges[e, 1]}) in {counts[e]} faces" for e in over[:SHOW])
                 more = ", ..." if over.size > SHOW else ""
-                parts.append(f"{over.size} edges are shared by more than 2 faces [{shown}{more}]")
+                parts.append(f"{plural(over.size, 'edge is', 'edges are')} shared by more than 2 faces [{shown}{more}]")
             if same.size:
                 shown = ", ".join(f"({edges[e, 0]}, {edges[e, 1]})" for e in same[:SHOW])
                 more = ", ..." if same.size > SHOW else ""
                 parts.append(
-                    f"{same.size} edges are used twice with the same orientation, i.e. neighbouring faces "
-                    f"are inconsistently oriented [{shown}{more}]"
+                    f"{plural(same.size, 'edge is', 'edges are')} used twice with the same orientation, i.e. "
+                    f"neighbouring faces are inconsistently oriented [{shown}{more}]"
                 )
             raise MeshError(
                 f"{self.source}: non-manifold mesh: " + "; ".join(parts) + ". Expected an oriented "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from warp_meshad._src.mesh.trimesh import MeshError, TriMesh
+from warp_meshad._src.plural import plural
 
 __all__ = ["tutte_embedding"]
 
@@ -46,7 +47,8 @@ def tutte_embedding(mesh: TriMesh) -> np.ndarray:
     if not loops:
         raise MeshError(
             f"{mesh.source}: tutte_embedding needs a mesh with a boundary; this mesh is closed "
-            f"({mesh.vertex_count} vertices, {mesh.face_count} faces). Cut it open to a disk first"
+            f"({plural(mesh.vertex_count, 'vertex', 'vertices')}, {plural(mesh.face_count, 'face')}). Cut it open to a "
+            "disk first"
         )
     n = mesh.vertex_count
     edges = mesh.edges.astype(np.int64)
@@ -60,8 +62,8 @@ def tutte_embedding(mesh: TriMesh) -> np.ndarray:
         stray = np.flatnonzero(labels != labels[loop[0]])
         raise MeshError(
             f"{mesh.source}: tutte_embedding needs a connected mesh; it has {component_count} connected "
-            f"components, and {stray.size} vertices (first {stray[:5].tolist()}) are not connected to the "
-            f"longest boundary loop"
+            f"components, and {plural(stray.size, 'vertex', 'vertices')} (first {stray[:5].tolist()}) "
+            "not connected to the longest boundary loop"
         )
 
     # boundary on the unit circle by arc length
