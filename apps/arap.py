@@ -262,9 +262,10 @@ class App(_AppBase):
     def quantities(self) -> dict:
         x = self.positions()
         return {
-            "displacement": ("vertices", np.linalg.norm(x - self.x0, axis=1)),
-            "handles": ("vertices", self.handle_labels()),
-            "edge_strain": ("faces", self.edge_strain(x)[self.mesh.face_edges].mean(axis=1)),
+            "displacement [mesh length units]": ("vertices", np.linalg.norm(x - self.x0, axis=1)),
+            "handles: 0 free, 1 fixed, 2 moved [label]": ("vertices", self.handle_labels()),
+            "edge strain |l / l_rest - 1|, mean of the face's edges [1]": (
+                "faces", self.edge_strain(x)[self.mesh.face_edges].mean(axis=1)),
         }
 
     def edge_strain(self, x: np.ndarray | None = None) -> np.ndarray:

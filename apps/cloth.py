@@ -226,8 +226,8 @@ class App(_AppBase):
         x = self.positions()
         face_stretch = self.stretch(x)[self.mesh.face_edges].mean(axis=1)
         return {
-            "stretch": ("faces", face_stretch),
-            "speed": ("vertices", np.linalg.norm(self.v.numpy().astype(np.float64), axis=1)),
+            "stretch: edge length / rest length, mean of the face's edges [1]": ("faces", face_stretch),
+            "speed [m/s]": ("vertices", np.linalg.norm(self.v.numpy().astype(np.float64), axis=1)),
         }
 
     def spheres(self):

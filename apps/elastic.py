@@ -310,8 +310,9 @@ class App(_AppBase):
     def quantities(self) -> dict:
         x = self.tet_positions()
         return {
-            "volume_ratio": ("faces", self.volume_ratios(x)[self.tet_mesh.boundary_face_tets]),
-            "displacement": ("vertices", np.linalg.norm(x - self.x0, axis=1)[self.mesh.vertex_map]),
+            "volume ratio det F of the face's tet [1]": ("faces",
+                                                         self.volume_ratios(x)[self.tet_mesh.boundary_face_tets]),
+            "displacement [m]": ("vertices", np.linalg.norm(x - self.x0, axis=1)[self.mesh.vertex_map]),
         }
 
     def check_final(self) -> None:

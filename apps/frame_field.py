@@ -342,11 +342,11 @@ class App(_AppBase):
         np.maximum.at(per_face, self.mesh.edge_faces[:, 0], curl)
         np.maximum.at(per_face, self.mesh.edge_faces[:, 1], curl)
         return {
-            "field alpha": ("face_vectors", alpha),
-            "field beta": ("face_vectors", beta),
-            "field -alpha": ("face_vectors", -alpha),
-            "field -beta": ("face_vectors", -beta),
-            "polycurl (max over edges)": ("faces", per_face),
+            "polycurl, max over the face's edges [1]": ("faces", per_face),
+            "field alpha [1]": ("face_vectors", alpha),
+            "field beta [1]": ("face_vectors", beta),
+            "field -alpha [1]": ("face_vectors", -alpha),
+            "field -beta [1]": ("face_vectors", -beta),
         }
 
     def check_final(self) -> None:

@@ -274,8 +274,8 @@ class App(_AppBase):
     def quantities(self) -> dict:
         points = self.positions()
         return {
-            "log2 area ratio": ("faces", np.log2(self.area_ratio(points))),
-            "tetrahedron volume": ("faces", face_volumes(points, self.mesh.faces)),
+            "log2 of area ratio, sphere / mesh, each over its total [1]": ("faces", np.log2(self.area_ratio(points))),
+            "volume of the face's tet with the centre [radius^3]": ("faces", face_volumes(points, self.mesh.faces)),
         }
 
     def check_final(self) -> None:

@@ -14,9 +14,10 @@ flip-free), optionally scaled to the mesh's total area; projected Newton then ru
 Hessians clamped to eigenvalues >= 1e-9, Armijo backtracking (shrink 0.8, c = 1e-4, 64 tries), stop when the Newton
 decrement ``-d.g / 2`` drops below ``tolerance`` (TinyAD's ``newton_decrement(d, g) < eps``).
 
-Outputs: ``final.obj`` is the input surface with the uv coordinates as texture coordinates; the viewer and the
-screenshot show the per-face distortion ``E_f / A_f`` (4 where a face maps isometrically), first as
-``log10(E_f / (4 A_f))``.
+Outputs: ``final.obj`` is the input surface with the uv coordinates as texture coordinates (``vt``, one per vertex).
+The viewer and ``screenshot.png`` show the surface with the uv map as a checker and, beside it, the flat uv layout
+twice: with the checker, and coloured by the per-face distortion ``log10(E_f / (4 A_f))`` (0 where a face maps
+isometrically) with its colour bar; the viewer also offers ``E_f / A_f`` and the uv / surface area ratio.
 """
 
 from __future__ import annotations
@@ -186,10 +187,10 @@ class App(_AppBase):
     def quantities(self) -> dict:
         uv = self.uv_coordinates()
         dist = face_distortion(uv, self.mesh.faces, self.rest_inverse)
-        return {
-            "log10_distortion": ("faces", np.log10(dist / 4.0)),  # 0 at an isometry; shows the long tail
-            "distortion": ("faces", dist),
-            "uv_area_ratio": ("faces", signed_uv_areas(uv, self.mesh.faces) / self.mesh.face_areas()),
+        return {  # log10: 0 at an isometry; shows the long tail
+            "distortion log10(E_f / (4 A_f)), symmetric Dirichlet [1]": ("faces", np.log10(dist / 4.0)),
+            "distortion E_f / A_f, symmetric Dirichlet (4: isometric) [1]": ("faces", dist),
+            "uv area / surface area [1]": ("faces", signed_uv_areas(uv, self.mesh.faces) / self.mesh.face_areas()),
         }
 
     @property

@@ -330,8 +330,8 @@ class App(_AppBase):
 
     def quantities(self) -> dict:
         return {
-            "object": ("vertices", self.object_id.astype(np.float64)),
-            "speed": ("vertices", np.linalg.norm(self.v.numpy(), axis=1)),
+            "object: index of the instance [label]": ("vertices", self.object_id.astype(np.float64)),
+            "speed [m/s]": ("vertices", np.linalg.norm(self.v.numpy(), axis=1)),
         }
 
     def check_final(self) -> None:

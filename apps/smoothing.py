@@ -104,7 +104,7 @@ class App(_AppBase):
 
     def quantities(self) -> dict:
         x = self.positions()
-        return {"displacement": ("vertices", np.linalg.norm(x - self.x0, axis=1))}
+        return {"displacement [mesh length units]": ("vertices", np.linalg.norm(x - self.x0, axis=1))}
 
     def check_final(self) -> None:
         """The energy decreased monotonically over all iterations, no NaN, fixed vertices did not move."""

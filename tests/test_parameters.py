@@ -1,5 +1,6 @@
 """Parameter derivatives (add_term(..., parameters=...)) and implicit differentiation through a solve."""
 
+import re
 from typing import Any
 
 import numpy as np
@@ -248,3 +249,94 @@ def test_implicit_gradient_through_a_tet_bar_solve():
     rng = np.random.default_rng(2)
     directions = [np.eye(theta.size)[-1] * theta[-1], rng.normal(size=theta.size) * theta]
     check_against_whole_solves(p, X, pinned, loss, grad, directions, h=1e-6)
+
+
+@wp.struct
+class ChainSprings:
+    rest: wp.array(dtype=wp.float64)
+
+
+@wp.func
+def chain_spring(e: int, xa: Any, xb: Any, data: ChainSprings):
+    d = xb - xa - data.rest[e]
+    return 0.5 * d * d
+
+
+def free_chain(n=6):
+    """Scalar variables on a line joined by springs, nothing pinned: H is the chain's graph Laplacian, exactly
+    singular along the free translation x + t."""
+    data = ChainSprings()
+    data.rest = wp.array(np.ones(n - 1), dtype=wp.float64)
+    p = wm.Problem(n, 1, dtype=wp.float64)
+    p.add_term(np.stack([np.arange(n - 1), np.arange(1, n)], axis=1), chain_spring, data, parameters=["rest"])
+    return p, wp.array(np.arange(n, dtype=np.float64), dtype=wp.float64, device=p.device)  # the minimizers: x + t
+
+
+@pytest.mark.parametrize("backend", ["scipy", "qdldl"])
+def test_implicit_gradient_at_a_singular_hessian_says_what_to_fix(backend):
+    """A free translation (issue 21 point 6): whether the back-end fails (SuperLU: exactly singular) or returns a
+    solution with a large residual, the error says x* is not a strict minimizer or rigid motions are free, what to
+    fix, and ends with the back-end's message."""
+    p, x_star = free_chain()
+    dL = np.linspace(1.0, 2.0, p.variable_count)  # not orthogonal to the translation: no lambda solves it
+    with pytest.raises(wm.LinearSolveError) as info:
+        wm.implicit_gradient(p, x_star, dL, linear_solver=backend)
+    msg = str(info.value)
+    assert msg.startswith("implicit_gradient: the adjoint solve H(x*) lambda = dL/dx failed: the Hessian at x_star "
+                          "is singular on the free variables, so x_star is not a strict minimizer, or free rigid "
+                          "motions remain (nothing pins the translations and rotations). Pin them (fixed=[...] "
+                          "indices, as in the solve), add a term that holds them (a regularizer"), msg
+    assert "Back-end: scipy: " in msg, msg  # qdldl falls back to SuperLU on a zero pivot
+    grad = wm.implicit_gradient(p, x_star, dL, fixed=[0], linear_solver=backend)  # one pin: a strict minimizer
+    # L = sum_i c_i x_i with x_0 pinned, x_i = x_0 + sum_{e < i} rest_e: dL/drest_e = sum_{i > e} c_i
+    np.testing.assert_allclose(grad, np.cumsum(dL[::-1])[::-1][1:], rtol=1e-12)
+
+
+def test_implicit_gradient_residual_rule_catches_a_silent_solution():
+    """Springs in 3D with nothing pinned: SuperLU factors H(x*) (rounding hides its 6 zero eigenvalues) and returns
+    lambda ~ 1e25 without an error; the residual rule (ADJOINT_RESIDUAL) turns that into the singular-Hessian error."""
+    mesh, X, p, _ = hanging_cloth(4)
+    p = wm.Problem(mesh.vertex_count, 3, dtype=wp.float64)
+    springs = Springs()
+    springs.rest = wp.array(0.9 * mesh.edge_lengths(), dtype=wp.float64)
+    springs.k = wp.float64(5.0)
+    p.add_term(mesh.edges, spring, springs, parameters=["rest", "k"])
+    x_star = solve(p, X, None)
+    with pytest.raises(wm.LinearSolveError, match=r"free rigid motions remain .* Back-end: scipy: relative residual "
+                                                  r"\|\|H lambda - dL/dx\|\| / \|\|dL/dx\|\| = \S+, expected <= 1e-06$"):
+        wm.implicit_gradient(p, x_star, np.ones((mesh.vertex_count, 3)), linear_solver="scipy")
+
+
+def test_implicit_gradient_warns_when_x_star_is_not_a_minimizer():
+    """Issue 21 point 9, both sides of the rule: x* moved by d from the minimizer lies |H^-1 g| ~ |d| from it; the
+    warning comes when that exceeds STATIONARITY_TOLERANCE (1e-6) times the extent of x* (1.02 for this cloth)."""
+    import warnings
+
+    from warp_meshad._src.solve.implicit import STATIONARITY_TOLERANCE
+
+    mesh, X, p, top = hanging_cloth()
+    x_hat = solve(p, X, top).numpy()
+    extent = float(np.ptp(x_hat, axis=0).max())  # the sagging cloth's height
+    free = np.ones(mesh.vertex_count, dtype=bool)
+    free[top] = False
+    direction = np.where(free[:, None], np.random.default_rng(3).uniform(-1.0, 1.0, X.shape), 0.0)
+    direction /= np.abs(direction).max()
+
+    def gradient_at(scale):
+        x = wp.array(x_hat + scale * STATIONARITY_TOLERANCE * extent * direction, dtype=wp.vec3d)
+        return wm.implicit_gradient(p, x, x.numpy() - X, fixed=top)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning below the threshold
+        gradient_at(0.5)
+    with pytest.warns(UserWarning) as record:
+        gradient_at(2.0)
+    msg = str(record[0].message)
+    assert record[0].filename == __file__  # it points at the caller's line
+    assert re.fullmatch(
+        r"implicit_gradient: x_star is not a minimizer: \|g\(x\*\)\|_inf = \S+ on the free variables, so x\* lies "
+        r"\|H\^-1 g\|_inf = \S+ from the minimizer, above 1e-06 x the extent of x\* \(1\.02\) = 1\.024e-06; the gradient "
+        r"is off by a relative amount of the order of that step over the element size\. Solve to a small gradient "
+        r"first \(solve\(\.\.\., gradient_tolerance=\.\.\.\), as energy_tolerance may stop a solve before its "
+        r"gradient is small\)\.", msg), msg
+    np.testing.assert_allclose(float(re.search(r"lies \|H\^-1 g\|_inf = (\S+)", msg).group(1)), 2e-6 * extent, rtol=0.05)

@@ -153,8 +153,15 @@ class App:
 
     def quantities(self) -> dict:
         """Per-element quantities to show: ``{name: (kind, values)}`` with kind ``"vertices"`` or ``"faces"`` (scalars,
-        shape (n,)) or ``"vertex_vectors"`` / ``"face_vectors"`` (shape (n, 3))."""
+        shape (n,)) or ``"vertex_vectors"`` / ``"face_vectors"`` (shape (n, 3)). Each name says what the values are and
+        their units (``"speed [m/s]"``, ``[1]`` for a ratio): it labels the colour bar of the screenshot and the
+        viewer. The first scalar quantity is the one shown first."""
         return {}
+
+    def uv_coordinates(self) -> np.ndarray | None:
+        """Texture coordinates, float64 numpy (vertex_count, 2), shown as a checker on the surface and as a flat layout
+        beside it; None (the default): the app has none."""
+        return None
 
     def spheres(self) -> list[tuple[np.ndarray, float]]:
         """Static spheres of the scene (center, radius), drawn by the viewer."""

@@ -6,6 +6,13 @@
   process (``python -m warp_meshad._src.app.viewer SCENE.npz OUT.png``) so that a broken GL driver cannot take the run
   down with it, and reports why it was skipped where EGL or Polyscope is missing.
 
+Both show the same scene: the mesh coloured by the app's first scalar quantity (named with its units; every vector
+quantity drawn too), and for an app with texture coordinates (:meth:`App.uv_coordinates`) the uv map as a checker on
+the surface, with two flat copies of the uv layout beside it (a checker, and the first quantity's colours). The
+colours come with a colour bar: Polyscope's own in the viewer, and in the screenshot a matplotlib one (same colour map
+and range, labelled with the quantity's name) composed beside the render (:func:`add_colorbar`), since Polyscope
+draws its colour bar only in its interface.
+
 Polyscope is optional (in the ``apps`` and ``viewer`` extras: ``pip install 'warp-meshad[apps]'``), imported only here
 and only when used. Headless rendering also needs EGL (Mesa's ``libegl1 libegl-mesa0`` on Debian/Ubuntu); where it is
 missing, the screenshot is skipped with that reason.
@@ -13,6 +20,7 @@ missing, the screenshot is skipped with that reason.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import subprocess
@@ -21,9 +29,16 @@ import tempfile
 
 import numpy as np
 
-__all__ = ["ViewerController", "ViewerError", "screenshot", "show"]
+__all__ = ["ColorBar", "ViewerController", "ViewerError", "add_colorbar", "colorbar_figure", "first_colorbar",
+           "screenshot", "show"]
 
 MESH_NAME = "mesh"
+UV_CHECKER_NAME = "uv layout (checker)"  # the flat copies of the uv layout beside the surface
+UV_COLORS_NAME = "uv layout (colours)"
+_UV_QUANTITY = "uv checker"
+_UV_CHECKERS = 24  # checker squares across the uv layout's longer side
+_CMAP = "viridis"
+_VECTOR_RADIUS = 0.0008  # relative to the scene's length scale (Polyscope's default is 0.0025)
 _NO_EGL = 3  # exit status of the rendering child when Polyscope cannot initialize EGL
 _EGL_HINT = ("install Mesa's EGL (Debian/Ubuntu: apt-get install libegl1 libegl-mesa0), or set screenshot: false "
              "(--set screenshot=false)")
@@ -45,28 +60,174 @@ def import_polyscope():
     return ps, psim
 
 
-def _register_scene(ps, vertices, faces, quantities: dict, spheres):
-    """Register the mesh, its quantities (the first one shown) and the spheres; returns the surface mesh."""
+@dataclasses.dataclass(frozen=True)
+class ColorBar:
+    """What the colours of a scalar quantity mean: its name (with units), the colour map and the range mapped to it."""
+
+    label: str
+    vmin: float
+    vmax: float
+    cmap: str = _CMAP
+
+
+def scalar_range(values) -> tuple[float, float]:
+    """``(min, max)`` of the finite values (a flipped uv triangle has infinite distortion), widened where they are
+    all equal so that the range is never empty; ``(0, 1)`` when none is finite."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return 0.0, 1.0
+    lo, hi = float(v.min()), float(v.max())
+    if hi <= lo:
+        pad = 0.5 * max(abs(lo), 1.0)
+        lo, hi = lo - pad, hi + pad
+    return lo, hi
+
+
+def first_colorbar(quantities: dict) -> ColorBar | None:
+    """The colour bar of the quantity a scene shows first (its first scalar quantity); None if it has none."""
+    for name, (kind, values) in quantities.items():
+        if kind in ("vertices", "faces"):
+            return ColorBar(name, *scalar_range(values))
+    return None
+
+
+def _flat_layout(vertices: np.ndarray, uv: np.ndarray, slot: int) -> np.ndarray:
+    """The uv layout as a z = const mesh of the surface's height, placed ``slot`` places to the right of the surface."""
+    lo, hi = vertices.min(axis=0), vertices.max(axis=0)
+    size = max(hi[1] - lo[1], 0.5 * (hi[0] - lo[0]), 1e-12)
+    span = max(float(np.ptp(uv, axis=0).max()), 1e-300)
+    flat = (uv - uv.min(axis=0)) * (size / span)
+    gap = 0.15 * size
+    x0 = hi[0] + gap + slot * (size + gap)
+    return np.column_stack([x0 + flat[:, 0], lo[1] + flat[:, 1], np.full(len(uv), 0.5 * (lo[2] + hi[2]))])
+
+
+def _add_uv_checker(mesh, uv: np.ndarray, enabled: bool | None) -> None:
+    """The uv map as a checker texture on ``mesh`` (uv scaled to [0, 1] on its longer side)."""
+    span = max(float(np.ptp(uv, axis=0).max()), 1e-300)
+    mesh.add_parameterization_quantity(_UV_QUANTITY, (uv - uv.min(axis=0)) / span, defined_on="vertices",
+                                       viz_style="checker", checker_size=1.0 / _UV_CHECKERS, enabled=enabled)
+
+
+def _register_scene(ps, vertices, faces, quantities: dict, spheres, uv=None, colorbars: bool = False) -> list:
+    """Register the mesh, its quantities, the uv layouts (when ``uv`` is given) and the spheres.
+
+    Returns:
+        The surface meshes: the mesh, then the two flat uv layouts when ``uv`` is given.
+    """
     mesh = ps.register_surface_mesh(MESH_NAME, vertices, faces, smooth_shade=True, edge_width=0.0)
-    _update_quantities(mesh, quantities, first=True)
+    structures = [mesh]
+    if uv is None:
+        _update_quantities(mesh, quantities, first=True, colorbars=colorbars)
+    else:
+        uv = np.asarray(uv, dtype=np.float64)
+        _update_quantities(mesh, quantities, first=True, colorbars=colorbars, enable=False)
+        _add_uv_checker(mesh, uv, enabled=True)
+        flat = {name: q for name, q in quantities.items() if q[0] in ("vertices", "faces")}
+        for slot, name in enumerate((UV_CHECKER_NAME, UV_COLORS_NAME)):
+            layout = ps.register_surface_mesh(name, _flat_layout(vertices, uv, slot), faces, edge_width=0.0,
+                                              material="flat")  # unlit: the colours are the colour bar's
+            _update_quantities(layout, flat, first=True, colorbars=colorbars, enable=slot == 1)
+            _add_uv_checker(layout, uv, enabled=slot == 0)
+            structures.append(layout)
     for i, (center, radius) in enumerate(spheres):
         cloud = ps.register_point_cloud(f"sphere {i}", np.asarray(center, dtype=np.float64).reshape(1, 3))
         cloud.set_radius(float(radius), relative=False)
         cloud.set_color((0.75, 0.75, 0.78))
-    return mesh
+    return structures
 
 
-def _update_quantities(mesh, quantities: dict, first: bool = False):
-    """Add or replace the quantities; the first registration shows the first one, later ones keep the user's choice."""
-    for i, (name, (kind, values)) in enumerate(quantities.items()):
-        enabled = (i == 0) if first else None
+def _update_scene(structures: list, vertices, quantities: dict, uv=None) -> None:
+    """New positions, quantities and uv for the structures of :func:`_register_scene`; the shown ones stay shown."""
+    mesh = structures[0]
+    mesh.update_vertex_positions(vertices)
+    _update_quantities(mesh, quantities)
+    if uv is not None:
+        uv = np.asarray(uv, dtype=np.float64)
+        flat = {name: q for name, q in quantities.items() if q[0] in ("vertices", "faces")}
+        _add_uv_checker(mesh, uv, enabled=None)
+        for slot, layout in enumerate(structures[1:]):
+            layout.update_vertex_positions(_flat_layout(vertices, uv, slot))
+            _update_quantities(layout, flat)
+            _add_uv_checker(layout, uv, enabled=None)
+
+
+def _update_quantities(mesh, quantities: dict, first: bool = False, colorbars: bool = False, enable: bool = True):
+    """Add or replace the quantities, each scalar coloured over its :func:`scalar_range`.
+
+    Args:
+        mesh: the Polyscope surface mesh.
+        quantities: ``{name: (kind, values)}`` (:meth:`App.quantities`).
+        first: the first registration: show the first scalar quantity and every vector quantity (when ``enable``);
+            later calls keep the user's choice.
+        colorbars: draw Polyscope's on-screen colour bar of a shown scalar quantity (the interactive viewer).
+        enable: with ``first``, show quantities at all.
+    """
+    shown_scalar = False
+    for name, (kind, values) in quantities.items():
         values = np.asarray(values, dtype=np.float64)
         if kind in ("vertices", "faces"):
-            mesh.add_scalar_quantity(name, values, defined_on=kind, enabled=enabled, cmap="viridis")
+            enabled = (enable and not shown_scalar) if first else None
+            shown_scalar = True
+            extra = {"onscreen_colorbar_enabled": True} if colorbars else {}
+            mesh.add_scalar_quantity(name, values, defined_on=kind, enabled=enabled, cmap=_CMAP,
+                                     vminmax=scalar_range(values), **extra)
         elif kind in _VECTOR_KINDS:
-            mesh.add_vector_quantity(name, values, defined_on=_VECTOR_KINDS[kind], enabled=enabled)
+            mesh.add_vector_quantity(name, values, defined_on=_VECTOR_KINDS[kind], enabled=enable if first else None,
+                                     radius=_VECTOR_RADIUS)  # thin: the colours beneath stay visible
         else:
             raise ValueError(f"quantity {name!r}: unknown kind {kind!r}")
+
+
+def colorbar_figure(image: np.ndarray, bar: ColorBar, dpi: float = 100.0):
+    """A matplotlib ``Figure`` of ``image`` with a vertical colour bar to its right labelled ``bar.label``.
+
+    Args:
+        image: the render, shape (height, width, 3 or 4), uint8.
+        bar: the colour map, range and label.
+        dpi: pixels per inch of the figure (its size in pixels: the image's height, the image's width plus the bar's).
+
+    Returns:
+        The figure (no pyplot state): axes 0 the image, axes 1 the colour bar.
+    """
+    from matplotlib import cm, colors
+    from matplotlib.figure import Figure
+
+    height, width = image.shape[:2]
+    extra = max(int(0.2 * height), 120)  # the bar, its ticks and its label
+    total = width + extra
+    fig = Figure(figsize=(total / dpi, height / dpi), dpi=dpi)
+    fig.patch.set_facecolor("white")
+    ax = fig.add_axes((0.0, 0.0, width / total, 1.0))
+    ax.imshow(image, interpolation="nearest")
+    ax.set_axis_off()
+    cax = fig.add_axes(((width + 0.12 * extra) / total, 0.12, 0.14 * extra / total, 0.76))
+    font = max(8.0, 11.0 * height / 720.0)
+    cb = fig.colorbar(cm.ScalarMappable(norm=colors.Normalize(bar.vmin, bar.vmax), cmap=bar.cmap), cax=cax)
+    cb.formatter.set_useOffset(False)  # tick labels are the values (1.0002, not 0.0002 and "+1" above)
+    cb.update_ticks()
+    cb.set_label(bar.label, fontsize=font)
+    cb.ax.tick_params(labelsize=0.9 * font)
+    return fig
+
+
+def add_colorbar(image: np.ndarray, bar: ColorBar) -> np.ndarray:
+    """``image`` with the colour bar of :func:`colorbar_figure` beside it, as pixels.
+
+    Args:
+        image: the render, shape (height, width, 3 or 4), uint8.
+        bar: the colour map, range and label.
+
+    Returns:
+        RGBA pixels, shape (height, width + the bar's width, 4), uint8.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = colorbar_figure(image, bar)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba()).copy()
 
 
 class ViewerController:
@@ -76,17 +237,24 @@ class ViewerController:
         app: an :class:`~warp_meshad.app.App`.
         ps: the polyscope module (initialized), or None to drive the app without drawing.
         log: ``log(text)`` for messages.
+        colorbars: draw Polyscope's on-screen colour bar of the shown scalar quantities.
+
+    Attributes:
+        mesh: the app's surface mesh in Polyscope (None without ``ps``); ``structures`` it and the uv layouts.
     """
 
-    def __init__(self, app, ps=None, log=None):
+    def __init__(self, app, ps=None, log=None, colorbars: bool = False):
         self.app = app
         self.ps = ps
         self.log = log or (lambda text: None)
         self.playing = False
         self.frames = 0
         self.mesh = None
+        self.structures = []
         if ps is not None:
-            self.mesh = _register_scene(ps, app.positions(), app.mesh.faces, app.quantities(), app.spheres())
+            self.structures = _register_scene(ps, app.positions(), app.mesh.faces, app.quantities(), app.spheres(),
+                                              uv=app.uv_coordinates(), colorbars=colorbars)
+            self.mesh = self.structures[0]
 
     @property
     def done(self) -> bool:
@@ -110,9 +278,8 @@ class ViewerController:
         self.refresh()
 
     def refresh(self) -> None:
-        if self.mesh is not None:
-            self.mesh.update_vertex_positions(self.app.positions())
-            _update_quantities(self.mesh, self.app.quantities())
+        if self.structures:
+            _update_scene(self.structures, self.app.positions(), self.app.quantities(), self.app.uv_coordinates())
 
     def status_lines(self) -> list[str]:
         app = self.app
@@ -171,7 +338,7 @@ def show(app, log=None, backend: str | None = None, frames: int | None = None) -
         raise ViewerError(f"cannot open the viewer window (no display or OpenGL here?): {exc}; run without --viewer "
                           "(or with --headless) to get the outputs and a headless screenshot") from None
     ps.remove_all_structures()
-    controller = ViewerController(app, ps, log)
+    controller = ViewerController(app, ps, log, colorbars=True)
     ps.set_user_callback(controller.callback)
     try:
         if frames is None:
@@ -204,6 +371,9 @@ def screenshot(app, path, timeout_s: float = 120.0) -> tuple[bool, str]:
     try:
         quantities = app.quantities()
         arrays = {"vertices": app.positions(), "faces": app.mesh.faces}
+        uv = app.uv_coordinates()
+        if uv is not None:
+            arrays["uv"] = np.asarray(uv, dtype=np.float64)
         names = []
         for i, (name, (kind, values)) in enumerate(quantities.items()):
             arrays[f"q{i}"] = np.asarray(values, dtype=np.float64)
@@ -235,6 +405,21 @@ def screenshot(app, path, timeout_s: float = 120.0) -> tuple[bool, str]:
             os.unlink(scene)
 
 
+def _look_from_above(vertices: np.ndarray, spheres) -> None:
+    """Point Polyscope's camera at the scene from the front and 30 degrees above (a horizontal sheet, such as the
+    cloth at rest, is seen edge-on from the front)."""
+    import polyscope as ps
+
+    axes = np.vstack([np.eye(3), -np.eye(3)])
+    points = np.vstack([np.asarray(vertices, dtype=np.float64)] +
+                       [np.asarray(c, dtype=np.float64) + float(r) * axes for c, r in spheres])
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    center = 0.5 * (lo + hi)
+    distance = 1.3 * max(float(np.linalg.norm(hi - lo)), 1e-9)
+    elevation = np.radians(30.0)
+    ps.look_at(center + distance * np.array([0.0, np.sin(elevation), np.cos(elevation)]), center)
+
+
 def _render_scene_file(scene_path: str, png_path: str) -> None:
     """Child-process side of :func:`screenshot`."""
     ps, _ = import_polyscope()
@@ -254,9 +439,19 @@ def _render_scene_file(scene_path: str, png_path: str) -> None:
         str(n): (str(k), data[f"q{i}"]) for i, (n, k) in enumerate(zip(data["quantity_names"], data["quantity_kinds"]))
     }
     spheres = [(c, r) for c, r in zip(data["sphere_centers"], data["sphere_radii"])]
-    _register_scene(ps, data["vertices"], data["faces"], quantities, spheres)
-    ps.reset_camera_to_home_view()
-    ps.screenshot(png_path, transparent_bg=False)
+    uv = data["uv"] if "uv" in data else None
+    _register_scene(ps, data["vertices"], data["faces"], quantities, spheres, uv=uv)
+    if uv is None:
+        _look_from_above(data["vertices"], spheres)
+    else:
+        ps.reset_camera_to_home_view()  # from the front: the uv layouts face the camera
+    image = ps.screenshot_to_buffer(transparent_bg=False)
+    bar = first_colorbar(quantities)
+    if bar is not None:
+        image = add_colorbar(image, bar)
+    from matplotlib.image import imsave
+
+    imsave(png_path, image, format="png")
 
 
 if __name__ == "__main__":
