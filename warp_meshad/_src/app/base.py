@@ -1,7 +1,7 @@
 """The App base class every app derives from, and the choice of its Warp device.
 
 An app is one class ``App`` in a module of :mod:`warp_meshad.apps` built from its typed config (a subclass of
-:class:`~warp_meshad._src.app.config.AppConfig`): ``step()``, ``run()``, ``check_final()``, and what the runner and
+:class:`~warp_meshad.app.AppConfig`): ``step()``, ``run()``, ``check_final()``, and what the runner and
 the viewer read (``positions()``, ``quantities()``, ``history``, ...).
 """
 
@@ -103,7 +103,7 @@ class App:
             raise ConfigError(c.origin("mesh"), "mesh", str(exc)) from None
 
     def record(self, result, **extra) -> dict:
-        """Append a :class:`~warp_meshad._src.solve.solvers.SolveResult` to :attr:`history` as one step; return the record."""
+        """Append a :class:`~warp_meshad.SolveResult` to :attr:`history` as one step; return the record."""
         rec = {
             "step": self.steps_done,
             "iterations": int(result.iterations),
