@@ -16,12 +16,17 @@ structs are float64.
 - :func:`surface_area` (faces, 3D): 1/2 |(x_1 - x_0) x (x_2 - x_0)|.
 - :func:`stable_neo_hookean` (tets): V_t (mu/2 (I_C - 3) - mu (J - 1) + lam/2 (J - 1)^2), finite when inverted.
 - :func:`arap_tet` (tets): mu V_t |F - R(F)|^2, R(F) the closest rotation (no stored rotations).
+
+Energies of the deformation gradient F (``problem.add_deformation_term(elements, energy=..., rest_inverse=D_m^-1,
+data=...)``: fewer duals, dF/dx applied by the toolkit, PSD projection of the small F Hessian), each beside its
+corner form with the same data: :func:`stable_neo_hookean_F`, :func:`arap_tet_F` (F 3x3),
+:func:`neo_hookean_membrane_F` (F 3x2, as two columns), :func:`symmetric_dirichlet_F` (F 2x2).
 """
 
 from .dirichlet import DirichletData, dirichlet, weighted_dirichlet
 from .mass_spring import MassSpringData, mass_spring
 from .surface_area import surface_area
-from .symmetric_dirichlet import SymmetricDirichletData, symmetric_dirichlet
+from .symmetric_dirichlet import SymmetricDirichletData, symmetric_dirichlet, symmetric_dirichlet_F
 
 __all__ = [
     "DirichletData",
@@ -31,6 +36,7 @@ __all__ = [
     "mass_spring",
     "surface_area",
     "symmetric_dirichlet",
+    "symmetric_dirichlet_F",
     "weighted_dirichlet",
 ]
 
@@ -51,7 +57,7 @@ from .ipc_barrier import (  # noqa: E402
     ipc_barrier,
     point_triangle_barrier,
 )
-from .neo_hookean_membrane import NeoHookeanMembraneData, neo_hookean_membrane  # noqa: E402
+from .neo_hookean_membrane import NeoHookeanMembraneData, neo_hookean_membrane, neo_hookean_membrane_F  # noqa: E402
 
 __all__ += [
     "BarrierData",
@@ -65,6 +71,7 @@ __all__ += [
     "ground_plane_barrier",
     "ipc_barrier",
     "neo_hookean_membrane",
+    "neo_hookean_membrane_F",
     "point_triangle_barrier",
 ]
 
@@ -84,7 +91,13 @@ __all__ += [
     "sphere_retract",
 ]
 
-from .arap_tet import ArapTetData, arap_tet  # noqa: E402
-from .stable_neo_hookean import StableNeoHookeanData, stable_neo_hookean, stable_neo_hookean_lame  # noqa: E402
+from .arap_tet import ArapTetData, arap_tet, arap_tet_F  # noqa: E402
+from .stable_neo_hookean import (  # noqa: E402
+    StableNeoHookeanData,
+    stable_neo_hookean,
+    stable_neo_hookean_F,
+    stable_neo_hookean_lame,
+)
 
-__all__ += ["ArapTetData", "StableNeoHookeanData", "arap_tet", "stable_neo_hookean", "stable_neo_hookean_lame"]
+__all__ += ["ArapTetData", "StableNeoHookeanData", "arap_tet", "arap_tet_F", "stable_neo_hookean",
+            "stable_neo_hookean_F", "stable_neo_hookean_lame"]  # fmt: skip

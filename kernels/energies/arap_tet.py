@@ -34,6 +34,10 @@ Invariants: E_t >= 0, = 0 with zero gradient exactly at rigid motions of the res
 rotations and translations of the corners; finite for every F (inverted tets included: the energy then measures the
 distance to the nearest rotation, which is not a barrier). The Hessian is indefinite away from rest: use
 ``eval_with_hessian_proj`` in Newton.
+
+Two forms: :func:`arap_tet` over the tet's corners (``Problem.add_term``, 12 duals) and :func:`arap_tet_F` over F
+(``Problem.add_deformation_term(mesh.tets, ..., rest_inverse=D_m^-1)``, 9 duals); same data, same results to
+round-off.
 """
 
 from typing import Any
@@ -43,7 +47,7 @@ import warp as wp
 from warp_meshad.kernels import ad
 from warp_meshad.kernels.deformation import tet_deformation_columns
 
-__all__ = ["ArapTetData", "arap_tet"]
+__all__ = ["ArapTetData", "arap_tet", "arap_tet_F"]
 
 
 @wp.struct
@@ -82,6 +86,22 @@ def arap_tet(t: int, x0: Any, x1: Any, x2: Any, x3: Any, data: ArapTetData):
     """mu V_t (I_C - 2 I_1 + 3): I_C = |F|^2, I_1 the sum of the signed singular values of F."""
     dinv = data.rest_inverse[t]
     f1, f2, f3 = tet_deformation_columns(x0, x1, x2, x3, dinv)  # columns of F = D_s D_m^-1
+    c1 = ad.cross(f2, f3)  # columns of cof F
+    c2 = ad.cross(f3, f1)
+    c3 = ad.cross(f1, f2)
+    ic = ad.dot(f1, f1) + ad.dot(f2, f2) + ad.dot(f3, f3)
+    ii = ad.dot(c1, c1) + ad.dot(c2, c2) + ad.dot(c3, c3)
+    j = ad.dot(f1, c1)
+    i1 = _signed_singular_value_sum(f1, f2, f3, ic, ii, j)
+    return data.mu * data.volume[t] * (ic - 2.0 * i1 + 3.0)
+
+
+@wp.func
+def arap_tet_F(t: int, F: Any, data: ArapTetData):
+    """mu V_t (I_C - 2 I_1 + 3) of the 3 x 3 deformation gradient F (data.rest_inverse is not read)."""
+    f1 = ad.vec3(F[0, 0], F[1, 0], F[2, 0])  # columns of F
+    f2 = ad.vec3(F[0, 1], F[1, 1], F[2, 1])
+    f3 = ad.vec3(F[0, 2], F[1, 2], F[2, 2])
     c1 = ad.cross(f2, f3)  # columns of cof F
     c2 = ad.cross(f3, f1)
     c3 = ad.cross(f1, f2)

@@ -27,6 +27,10 @@ invariant under rotations and translations of the corners and under reflections 
 no orientation: a flipped triangle is not detected, only a degenerate one); E_f -> +inf as the face
 degenerates (J -> 0), so a line search rejects collapsing steps. The Hessian is indefinite under
 compression: use ``eval_with_hessian_proj`` in Newton.
+
+Two forms: :func:`neo_hookean_membrane` over the face's corners (``Problem.add_term``, 9 duals) and
+:func:`neo_hookean_membrane_F` over F's two columns (``Problem.add_deformation_term(mesh.faces, ...,
+rest_inverse=D_m^-1)`` on vec3 variables, 6 duals); same data, same results to round-off.
 """
 
 from typing import Any
@@ -35,7 +39,7 @@ import warp as wp
 
 from warp_meshad.kernels import ad
 
-__all__ = ["NeoHookeanMembraneData", "neo_hookean_membrane"]
+__all__ = ["NeoHookeanMembraneData", "neo_hookean_membrane", "neo_hookean_membrane_F"]
 
 
 @wp.struct
@@ -57,6 +61,20 @@ def neo_hookean_membrane(f: int, x0: Any, x1: Any, x2: Any, data: NeoHookeanMemb
     e2 = x2 - x0
     f1 = e1 * dinv[0, 0] + e2 * dinv[1, 0]  # columns of F = [e1, e2] D_m^-1
     f2 = e1 * dinv[0, 1] + e2 * dinv[1, 1]
+    c11 = ad.dot(f1, f1)
+    c12 = ad.dot(f1, f2)
+    c22 = ad.dot(f2, f2)
+    det_c = c11 * c22 - c12 * c12
+    if det_c <= 0.0:
+        return wp.float64(wp.inf)
+    log_j = 0.5 * ad.log(det_c)
+    psi = 0.5 * data.mu * (c11 + c22 - 2.0) - data.mu * log_j + 0.5 * data.lam * log_j * log_j
+    return data.thickness * data.area[f] * psi
+
+
+@wp.func
+def neo_hookean_membrane_F(f: int, f1: Any, f2: Any, data: NeoHookeanMembraneData):
+    """t A_f (mu / 2 (tr C - 2) - mu log J + lam / 2 log^2 J) of F = [f1, f2] (3 x 2, its columns), C = F^T F."""
     c11 = ad.dot(f1, f1)
     c12 = ad.dot(f1, f2)
     c22 = ad.dot(f2, f2)

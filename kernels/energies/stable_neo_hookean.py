@@ -33,6 +33,10 @@ Invariants: E_t = 0 with zero gradient at the rest shape and at any rigid motion
 invariant under rotations and translations of the corners; at rest the Hessian equals that of linear elasticity
 V_t (mu_LE |eps|^2 + lambda_LE / 2 tr(eps)^2) with the reparametrized constants. The Hessian is indefinite away from
 rest (compression, inversion): use ``eval_with_hessian_proj`` in Newton.
+
+Two forms: :func:`stable_neo_hookean` over the tet's corners (``Problem.add_term(mesh.tets, ...)``, 12 duals) and
+:func:`stable_neo_hookean_F` over F (``Problem.add_deformation_term(mesh.tets, ..., rest_inverse=D_m^-1)``, 9 duals,
+dF/dx applied by the toolkit); both take the same data and give the same energy, gradient and Hessian to round-off.
 """
 
 from typing import Any
@@ -42,7 +46,7 @@ import warp as wp
 from warp_meshad.kernels import ad
 from warp_meshad.kernels.deformation import tet_deformation_columns
 
-__all__ = ["StableNeoHookeanData", "stable_neo_hookean", "stable_neo_hookean_lame"]
+__all__ = ["StableNeoHookeanData", "stable_neo_hookean", "stable_neo_hookean_F", "stable_neo_hookean_lame"]
 
 
 @wp.struct
@@ -62,6 +66,16 @@ def stable_neo_hookean(t: int, x0: Any, x1: Any, x2: Any, x3: Any, data: StableN
     f1, f2, f3 = tet_deformation_columns(x0, x1, x2, x3, dinv)  # columns of F = D_s D_m^-1
     ic = ad.dot(f1, f1) + ad.dot(f2, f2) + ad.dot(f3, f3)
     jm1 = ad.dot(f1, ad.cross(f2, f3)) - 1.0
+    psi = 0.5 * data.mu * (ic - 3.0) - data.mu * jm1 + 0.5 * data.lam * jm1 * jm1
+    return data.volume[t] * psi
+
+
+@wp.func
+def stable_neo_hookean_F(t: int, F: Any, data: StableNeoHookeanData):
+    """V_t (mu / 2 (I_C - 3) - mu (J - 1) + lam / 2 (J - 1)^2) of the 3 x 3 deformation gradient F (data.rest_inverse
+    is not read: the toolkit computed F from the term's rest_inverse)."""
+    ic = ad.frobenius_sq(F)
+    jm1 = ad.det(F) - 1.0
     psi = 0.5 * data.mu * (ic - 3.0) - data.mu * jm1 + 0.5 * data.lam * jm1 * jm1
     return data.volume[t] * psi
 

@@ -22,6 +22,10 @@ line search treats as a rejected step. Start from a flip-free map (e.g. a Tutte 
 
 One definition for float32 and float64 problems: the data is made for the problem's scalar type,
 ``SymmetricDirichletData(wp.float32, rest_inverse=..., area=...)`` (see :mod:`warp_meshad.kernels.dtype_struct`).
+
+Two forms: :func:`symmetric_dirichlet` over the face's uv corners (``Problem.add_term``, 6 duals) and
+:func:`symmetric_dirichlet_F` over J_f (``Problem.add_deformation_term(mesh.faces, ..., rest_inverse=D_m^-1)`` on vec2
+variables, 4 duals); same data, same results to round-off.
 """
 
 from typing import Any
@@ -31,7 +35,7 @@ import warp as wp
 from warp_meshad.kernels import ad
 from warp_meshad.kernels.dtype_struct import dtype_struct
 
-__all__ = ["SymmetricDirichletData", "symmetric_dirichlet"]
+__all__ = ["SymmetricDirichletData", "symmetric_dirichlet", "symmetric_dirichlet_F"]
 
 
 @dtype_struct
@@ -49,5 +53,14 @@ def symmetric_dirichlet(f: int, u0: Any, u1: Any, u2: Any, data: Any):
     jac = ad.mat22_cols(u1 - u0, u2 - u0) * data.rest_inverse[f]
     det = ad.det(jac)
     fro = ad.frobenius_sq(jac)
+    energy = data.area[f] * (fro + fro / (det * det))
+    return ad.where(det > 0.0, energy, type(data.area[f])(wp.inf))
+
+
+@wp.func
+def symmetric_dirichlet_F(f: int, F: Any, data: Any):
+    """A_f (|J|_F^2 + |J^-1|_F^2) of the 2 x 2 Jacobian J = F (data.rest_inverse is not read); +inf when det J <= 0."""
+    det = ad.det(F)
+    fro = ad.frobenius_sq(F)
     energy = data.area[f] * (fro + fro / (det * det))
     return ad.where(det > 0.0, energy, type(data.area[f])(wp.inf))

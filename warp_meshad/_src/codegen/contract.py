@@ -13,7 +13,10 @@ rely on:
   it reads (``.v .g .h``), with the :func:`capabilities` a module of one (kind, k) has; :func:`missing_names`
   checks a generated module against them;
 * :class:`KernelVariant`: every choice besides the term's shape that gives a kernel different text or compile
-  options (the kernel cache's key and the kernel's name suffix).
+  options (the kernel cache's key and the kernel's name suffix);
+* :data:`DEFORMATION_SHAPES`: the deformation-gradient family (``Problem.add_deformation_term``): the shapes of F
+  per element kind, the order of F's entries among the duals, and which modes the family has
+  (:attr:`KernelMode.deformation`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from warp_meshad.kernels._dualgen import UNROLLED_PROJECTION_MAX_K, packed_index
 
 __all__ = [
+    "DEFORMATION_SHAPES",
     "DUAL_API",
     "DUAL_FIELDS",
     "ENERGY_NAMES",
@@ -30,8 +34,10 @@ __all__ = [
     "KernelVariant",
     "MODES",
     "UNROLLED_PROJECTION",
+    "DeformationShape",
     "DualName",
     "capabilities",
+    "deformation_shape",
     "missing_names",
     "mode_of",
     "packed_index",
@@ -64,6 +70,8 @@ class KernelMode:
         projected: projects each element's Hessian to PSD (reads ``eps``, ``absolute``); has the unrolled variant.
         squares_residual: on a residual term, differentiates the dual of ``1/2 |r|^2`` (as a scalar energy).
         gauss_newton: sums ``J^T r`` and ``J^T J`` over the residual's components (a k x k local Hessian) instead.
+        deformation: has the deformation-gradient family (see :class:`DeformationShape`): the energy runs on F's
+            entries (k_F duals) and the kernel applies the element's constant dF/dx.
     """
 
     name: str
@@ -77,6 +85,7 @@ class KernelMode:
     projected: bool = False
     squares_residual: bool = False
     gauss_newton: bool = False
+    deformation: bool = False
 
     @property
     def seeds(self) -> bool:
@@ -95,15 +104,17 @@ MODES: dict[str, KernelMode] = {
     m.name: m
     for m in (
         # generates the energy call only (no C++ compiled): add_term reads the energy's return type
-        KernelMode("probe", "plain", "both", offsets=False),
-        KernelMode("energy", "plain", "both", writes=("energy",), deterministic=True),
-        KernelMode("gradient", "grad", "both", writes=_DERIV, deterministic=True, squares_residual=True),
+        KernelMode("probe", "plain", "both", offsets=False, deformation=True),
+        KernelMode("energy", "plain", "both", writes=("energy",), deterministic=True, deformation=True),
+        KernelMode("gradient", "grad", "both", writes=_DERIV, deterministic=True, squares_residual=True,
+                   deformation=True),  # fmt: skip
         KernelMode("hessian", "hess", "both", writes=(*_DERIV, "hessian"), deterministic=True, tileable=True,
-                   squares_residual=True),  # fmt: skip
+                   squares_residual=True, deformation=True),  # fmt: skip
         KernelMode("hessian_proj", "hess", "both", reads=("eps", "absolute"), writes=(*_DERIV, "hessian"),
-                   deterministic=True, tileable=True, projected=True, squares_residual=True),  # fmt: skip
+                   deterministic=True, tileable=True, projected=True, squares_residual=True,
+                   deformation=True),  # fmt: skip
         KernelMode("hvp", "hess", "both", reads=("v",), writes=("energy", "hv"), deterministic=True,
-                   squares_residual=True),  # fmt: skip
+                   squares_residual=True, deformation=True),  # fmt: skip
         KernelMode("residual", "plain", "residual", reads=("row_start",), writes=("residual",), offsets=False),
         KernelMode("jacobian", "grad", "residual", reads=("row_start", "jslots"), writes=("residual", "jacobian"),
                    offsets=False),  # fmt: skip
@@ -143,7 +154,7 @@ class DualName:
 DUAL_API: dict[str, DualName] = {
     d.name: d
     for d in (
-        DualName("seed", ("grad", "hess"), "seed(x: S | vecN, offset: int) -> Dual | DVecN"),
+        DualName("seed", ("grad", "hess"), "seed(x: S | vecN | matNN, offset: int) -> Dual | DVecN | DMatNN"),
         DualName("sq", ("plain", "grad", "hess"), "sq(r) -> r * r"),
         DualName("length_sq", ("plain", "grad", "hess"), "length_sq(r: vecN | DVecN) -> |r|^2"),
         DualName("mul", ("plain", "grad", "hess"), "mul(a, b) -> a * b"),
@@ -201,6 +212,72 @@ def missing_names(ns, kind: str, k: int) -> list[str]:
         have = getattr(getattr(ns, "Dual", None), "vars", {})
         missing += [f"Dual.{f}" for f in fields if f not in have]
     return missing
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the deformation-gradient family
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeformationShape:
+    """The deformation gradient F = D_s D_m^-1 of one element kind (``Problem.add_deformation_term``).
+
+    D_s = [x_1 - x_0, ..., x_{n-1} - x_0] holds the element's edge vectors (``dim`` x ``cols``), D_m^-1 is the
+    element's ``cols`` x ``cols`` rest inverse, so dF[i, j] / dx_a[l] = delta_il b_a[j] with b_a row a - 1 of D_m^-1
+    (a >= 1) and b_0 = -(b_1 + ... + b_{n-1}). The kernel computes F in plain numbers, seeds its ``k`` entries as
+    duals, calls the energy psi(e, F, data) and applies g_x = B^T g_F, H_x = B^T H_F B.
+
+    Attributes:
+        valence: variables per element (4: tet, 3: triangle).
+        dim: scalars per variable (the problem's variable_dim): F's rows.
+        cols: F's columns (valence - 1).
+    """
+
+    valence: int
+    dim: int
+    cols: int
+
+    @property
+    def k(self) -> int:
+        """Duals per element: F's entries."""
+        return self.dim * self.cols
+
+    @property
+    def square(self) -> bool:
+        """Whether the energy takes F as one (dual) matrix; else (3 x 2) as its two (dual) column vectors."""
+        return self.dim == self.cols
+
+    def entry(self, i: int, j: int) -> int:
+        """Position of F[i, j] among the duals: row-major for a square F (the dual matrix's ``seed``), column
+        after column for a 3 x 2 F (its columns seeded as dual vectors)."""
+        return i * self.cols + j if self.square else j * self.dim + i
+
+    def describe(self) -> str:
+        """The shape and how the energy receives it, for messages (``"F 3x2 (two vec3 columns)"``)."""
+        how = "one matrix" if self.square else f"{self.cols} vec{self.dim} columns"
+        return f"F {self.dim}x{self.cols} ({how})"
+
+
+# (valence, variable_dim) -> shape of F: tets in 3D, triangles in 3D (membranes, shells), flat triangles
+DEFORMATION_SHAPES: dict[tuple[int, int], DeformationShape] = {
+    (4, 3): DeformationShape(4, 3, 3),
+    (3, 3): DeformationShape(3, 3, 2),
+    (3, 2): DeformationShape(3, 2, 2),
+}
+
+
+def deformation_shape(valence: int, dim: int, what: str = "add_deformation_term") -> DeformationShape:
+    """The :class:`DeformationShape` of elements of ``valence`` variables of ``dim`` scalars.
+
+    Raises:
+        ValueError: naming the supported (valence, variable_dim) pairs and what came.
+    """
+    shape = DEFORMATION_SHAPES.get((int(valence), int(dim)))
+    if shape is None:
+        have = ", ".join(f"valence {v} with variable_dim {d} ({s.describe()})" for (v, d), s in DEFORMATION_SHAPES.items())
+        raise ValueError(f"{what}: deformation gradients exist for {have}; got valence {valence} with variable_dim {dim}")
+    return shape
 
 
 # ----------------------------------------------------------------------------------------------------------------------

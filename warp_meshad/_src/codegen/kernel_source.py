@@ -18,9 +18,9 @@ import re
 
 import warp as wp
 
-from warp_meshad._src.codegen.contract import KernelMode, KernelVariant, mode_of, packed_index
+from warp_meshad._src.codegen.contract import MODES, DeformationShape, KernelMode, KernelVariant, mode_of, packed_index
 
-__all__ = ["KernelSpec", "kernel_source", "make_kernel"]
+__all__ = ["KernelSpec", "deformation_types", "kernel_source", "make_kernel"]
 
 _XYZW = "xyzw"
 
@@ -36,22 +36,28 @@ class KernelSpec:
         residual_dim: 0 for scalar energies; else the number of residual components (1..4).
         param_count: parameter numbers per element (the ``mixed`` mode's duals have ``k + param_count``
             entries: the element's variables, then its parameters).
+        deformation: for a term of the deformation-gradient family (``add_deformation_term``), the
+            :class:`~.contract.DeformationShape` of its F (the energy takes F; the kernel reads ``rest_inverse``).
     """
 
-    def __init__(self, valence: int, dim: int, scalar, has_data: bool, residual_dim: int = 0, param_count: int = 0):
+    def __init__(self, valence: int, dim: int, scalar, has_data: bool, residual_dim: int = 0, param_count: int = 0,
+                 deformation: DeformationShape | None = None):  # fmt: skip
         self.valence = valence
         self.dim = dim
         self.scalar = scalar
         self.has_data = has_data
         self.residual_dim = residual_dim
         self.param_count = param_count
+        self.deformation = deformation
 
     def signature(self) -> tuple:
-        return (self.valence, self.dim, self.scalar.__name__, self.has_data, self.residual_dim, self.param_count)
+        sig = (self.valence, self.dim, self.scalar.__name__, self.has_data, self.residual_dim, self.param_count)
+        return sig if self.deformation is None else (*sig, "F", self.deformation.cols)
 
     @property
     def k(self) -> int:
-        return self.valence * self.dim
+        """Duals per element: the element's variable scalars, or F's entries for a deformation term."""
+        return self.valence * self.dim if self.deformation is None else self.deformation.k
 
 
 def _components(expr: str, rdim: int) -> list[str]:
@@ -91,10 +97,15 @@ class _Kernel:
             self.body = ["e = wp.tid()"]
         for a in range(n):
             self.body.append(f"i{a} = elements[e, {a}]")
+        self.call_energy()
+
+    def call_energy(self) -> None:
+        """The element's variables (read, or seeded as duals from ``d * a`` on) and the energy call."""
+        n, d, spec = self.n, self.d, self.spec
         for a in range(n):
-            self.body.append(f"x{a} = _D.seed(x[i{a}], {a * d})" if mode.seeds else f"x{a} = x[i{a}]")
+            self.body.append(f"x{a} = _D.seed(x[i{a}], {a * d})" if self.mode.seeds else f"x{a} = x[i{a}]")
         xs = ", ".join(f"x{a}" for a in range(n))
-        rname = "rv" if self.res and spec.residual_dim > 1 and mode.squares_residual else "r"
+        rname = "rv" if self.res and spec.residual_dim > 1 and self.mode.squares_residual else "r"
         call_data = ", data" if spec.has_data else ""
         self.body.append(f"{rname} = _energy(e, {xs}{call_data})")
 
@@ -150,6 +161,20 @@ class _Kernel:
             return f"{g}[{a * d}]"
         return "_VarT(" + ", ".join(f"{g}[{a * d + i}]" for i in range(d)) + ")"
 
+    def local_v(self) -> None:
+        """``vl``: the element's part of ``v`` (the Hessian-vector product's input) as a local k-vector."""
+        n, d = self.n, self.d
+        if d == 1:
+            vals = ", ".join(f"v[i{a}]" for a in range(n))
+        else:
+            vals = ", ".join(f"va{a}[{i}]" for a in range(n) for i in range(d))
+            for a in range(n):
+                self.add(f"va{a} = v[i{a}]")
+        self.add(f"vl = _VecK({vals})")
+
+    def prepare_blocks(self) -> None:
+        """Locals the Hessian blocks (:meth:`block`) read: none here."""
+
     def hget(self, i: int, j: int) -> str:
         """Entry (i, j) of the local Hessian ``h``."""
         return f"h[{packed_index(i, j, self.k)}]" if self.packed else f"h[{i}, {j}]"
@@ -165,6 +190,77 @@ class _Kernel:
         lines = [f"def {name}(" + ", ".join(self.args) + "):"]
         lines += ["    " + s for s in body]
         return "\n".join(lines) + "\n"
+
+
+class _DeformationKernel(_Kernel):
+    """The text of a kernel of the deformation-gradient family (see :class:`~.contract.DeformationShape`).
+
+    The element's variables are read as plain numbers; F's columns ``f{j} = sum_a (x_a - x_0) dinv[a - 1, j]``
+    (``dinv = rest_inverse[e]``) are seeded as duals (a square F as one dual matrix, row-major; a 3 x 2 F as two
+    dual columns) and the energy is called as ``_energy(e, F, [data])``. The local gradient and Hessian are F's
+    (k_F entries); the element's variable blocks apply the chain rule with ``b{a}_{j}`` = dF[., j] / dx_a:
+    ``g_a = G_F b_a``, ``H_ab = sum_jm b_a[j] H_F[(., j), (., m)] b_b[m]``, and ``v`` enters the Hessian-vector
+    product as dF = sum_a v_a b_a^T.
+    """
+
+    def call_energy(self) -> None:
+        fs: DeformationShape = self.spec.deformation
+        n, c = self.n, fs.cols
+        self.args.append("rest_inverse: wp.array(dtype=_DinvT)")
+        self.add("dinv = rest_inverse[e]")
+        for a in range(n):
+            self.add(f"x{a} = x[i{a}]")
+        for a in range(1, n):
+            self.add(f"e{a} = x{a} - x0")
+        for j in range(c):
+            self.add(f"f{j} = " + " + ".join(f"e{a} * dinv[{a - 1}, {j}]" for a in range(1, n)))
+        cols = [f"f{j}" for j in range(c)]
+        if fs.square:
+            self.add("fm = wp.matrix_from_cols(" + ", ".join(cols) + ")")
+            args = ["_D.seed(fm, 0)" if self.mode.seeds else "fm"]
+        else:
+            args = [f"_D.seed(f{j}, {j * fs.dim})" if self.mode.seeds else f"f{j}" for j in range(c)]
+        if self.mode.seeds:
+            for j in range(c):
+                for a in range(1, n):
+                    self.add(f"b{a}_{j} = dinv[{a - 1}, {j}]")
+                self.add(f"b0_{j} = -(" + " + ".join(f"b{a}_{j}" for a in range(1, n)) + ")")
+        call_data = ", data" if self.spec.has_data else ""
+        self.add(f"r = _energy(e, {', '.join(args)}{call_data})")
+
+    def vecblock(self, g: str, a: int) -> str:
+        """Variable ``a``'s part of ``B^T g`` (``g`` a local k_F-vector: F's gradient, or H_F dF)."""
+        fs = self.spec.deformation
+        comps = [" + ".join(f"{g}[{fs.entry(i, j)}] * b{a}_{j}" for j in range(fs.cols)) for i in range(fs.dim)]
+        return "_VarT(" + ", ".join(comps) + ")"
+
+    def local_v(self) -> None:
+        fs = self.spec.deformation
+        for a in range(self.n):
+            self.add(f"va{a} = v[i{a}]")
+        vals = [""] * fs.k
+        for i in range(fs.dim):
+            for j in range(fs.cols):
+                vals[fs.entry(i, j)] = " + ".join(f"va{a}[{i}] * b{a}_{j}" for a in range(self.n))
+        self.add("vl = _VecK(" + ", ".join(vals) + ")")
+
+    def prepare_blocks(self) -> None:
+        """``t{a}_{i}_{l}_{m} = sum_j b_a[j] H_F[(i, j), (l, m)]``, then the blocks ``blk{a}_{b}`` (a <= b)."""
+        fs = self.spec.deformation
+        d, c, n = fs.dim, fs.cols, self.n
+        for a in range(n):
+            for i in range(d):
+                for l in range(d):
+                    for m in range(c):
+                        terms = [f"{self.hget(fs.entry(i, j), fs.entry(l, m))} * b{a}_{j}" for j in range(c)]
+                        self.add(f"t{a}_{i}_{l}_{m} = " + " + ".join(terms))
+        for a in range(n):
+            for b in range(a, n):
+                comps = [" + ".join(f"t{a}_{i}_{l}_{m} * b{b}_{m}" for m in range(c)) for i in range(d) for l in range(d)]
+                self.add(f"blk{a}_{b} = _BlockT(" + ", ".join(comps) + ")")
+
+    def block(self, a: int, b: int) -> str:
+        return f"blk{a}_{b}" if a <= b else f"wp.transpose(blk{b}_{a})"
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -292,16 +388,10 @@ def _local_dual(kt: _Kernel) -> None:
 
 def _scatter_hvp(kt: _Kernel) -> None:
     """``h v`` of the element's variables' part of ``v``, scattered to ``hv_out``."""
-    n, d = kt.n, kt.d
     kt.args += ["v: wp.array(dtype=_VarT)", "hv_out: wp.array(dtype=_VarT)"]
-    if d == 1:
-        vals = ", ".join(f"v[i{a}]" for a in range(n))
-    else:
-        vals = ", ".join(f"va{a}[{i}]" for a in range(n) for i in range(d))
-        for a in range(n):
-            kt.add(f"va{a} = v[i{a}]")
-    kt.add(f"vl = _VecK({vals})", "hvl = _D.sym_mv(h, vl)")
-    for a in range(n):
+    kt.local_v()
+    kt.add("hvl = _D.sym_mv(h, vl)")
+    for a in range(kt.n):
         kt.add(kt.scatter_vec("hv_out", a, kt.vecblock("hvl", a)))
 
 
@@ -311,6 +401,7 @@ def _scatter_hessian(kt: _Kernel) -> None:
     # (a flat view of the BSR values), so a warp's stores are contiguous
     hv_t = "_S" if kt.tiled and kt.d > 1 and kt.tile_store == "number" else "_BlockT"
     kt.args += ["slots: wp.array2d(dtype=wp.int32)", f"hvals: wp.array(dtype={hv_t})"]
+    kt.prepare_blocks()
     for a in range(kt.n):
         for b in range(kt.n):
             kt.add(kt.scatter_block(a, b, kt.block(a, b)))
@@ -356,7 +447,12 @@ def kernel_source(
     so no global float atomics touch the Hessian. The element's energy is kept by the patch owning
     its first variable's row, gradient entries by the patch owning their row.
     """
-    kt = _Kernel(spec, mode_of(mode), deterministic, unrolled, tiled, tile_store)
+    m = mode_of(mode)
+    if spec.deformation is not None and not m.deformation:
+        raise ValueError(f"deformation-gradient terms have the kernel modes "
+                         f"{[n for n, f in MODES.items() if f.deformation]}, got mode {mode!r}")  # fmt: skip
+    kt = (_DeformationKernel if spec.deformation is not None else _Kernel)(spec, m, deterministic, unrolled, tiled,
+                                                                            tile_store)  # fmt: skip
     _EMITTERS[mode](kt)
     return kt.text(name)
 
@@ -448,6 +544,23 @@ def _tiled_frame(deterministic: bool, d: int = 1) -> tuple[list[str], list[str],
     return extra, head, tail
 
 
+def deformation_types(fs: DeformationShape, ns, scalar) -> list:
+    """The types of the F arguments a deformation term's energy is instantiated with.
+
+    Args:
+        fs: the term's F shape.
+        ns: the dual module of the mode, or None for plain numbers.
+        scalar: the problem's scalar type.
+
+    Returns:
+        ``[matNN]`` (``ns.DMatNN``) for a square F; ``[vec3, vec3]`` (``ns.DVec3`` twice) for its columns when 3 x 2.
+    """
+    if fs.square:
+        return [wp.types.matrix(shape=(fs.dim, fs.dim), dtype=scalar) if ns is None else getattr(ns, f"DMat{fs.dim}{fs.dim}")]
+    col = wp.types.vector(length=fs.dim, dtype=scalar) if ns is None else getattr(ns, f"DVec{fs.dim}")
+    return [col] * fs.cols
+
+
 def make_kernel(spec: KernelSpec, variant: KernelVariant, energy_fn, ns, data_type, label: str):
     """Compile-ready ``wp.Kernel`` for one term and kernel variant.
 
@@ -482,6 +595,9 @@ def make_kernel(spec: KernelSpec, variant: KernelVariant, energy_fn, ns, data_ty
         "_CAP": v.tile_cap,
         "_RCAP": v.tile_row_cap or v.tile_cap,
     }
+    if spec.deformation is not None:
+        c = spec.deformation.cols
+        scope["_DinvT"] = wp.types.matrix(shape=(c, c), dtype=s)
 
     def source(name):
         return kernel_source(spec, v.mode, name, v.deterministic, v.unrolled, v.tiled, v.tile_store)

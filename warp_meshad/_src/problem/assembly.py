@@ -86,11 +86,14 @@ class Assembler:
         return term_kernel(term, mode, self.facts, self.tile_variant(term, mode, plan) if plan else None)
 
     def inputs(self, term, mode: str, extra: list) -> list:
-        """Arguments of a term's kernel: elements, x (``extra[0]``), data, weight, ``extra[1:]``, offsets."""
+        """Arguments of a term's kernel: elements, x (``extra[0]``), data, weight, [rest_inverse], ``extra[1:]``,
+        offsets."""
         inputs = [term.elements, extra[0]]
         if term.data is not None:
             inputs.append(term.data)
         inputs.append(self.facts.dtype(term.weight))
+        if term.rest_inverse is not None:  # a deformation term's D_m^-1 per element
+            inputs.append(term.rest_inverse)
         inputs += extra[1:]
         if mode not in ("residual", "jacobian"):
             inputs.append(self.storage.layout.offsets[term.index])

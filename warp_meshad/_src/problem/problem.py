@@ -191,6 +191,52 @@ class Problem:
         return self._add(elements, energy, data, weight, name, residual=False, parameters=parameters)
 
     @reported_at_the_caller
+    def add_deformation_term(
+        self, elements, energy, rest_inverse, data=None, weight: float = 1.0, name: str | None = None
+    ) -> int:
+        """Add an energy of the deformation gradient: ``weight * sum_j energy(j, F_j, data)``.
+
+        F_j = D_s D_m^-1 with D_s = [x_1 - x_0, ..., x_{n-1} - x_0] the element's current edge vectors and D_m^-1
+        its rest inverse. The toolkit computes F in plain numbers, differentiates ``energy`` in F's entries only
+        (9 duals for a tet instead of 12, 6 for a triangle in 3D, 4 for a flat one) and applies the element's
+        constant dF/dx itself (g_x = B^T g_F, H_x = B^T H_F B). ``eval_with_hessian_proj`` projects the k_F x k_F
+        Hessian of F to PSD (which makes B^T H_F B PSD): cheaper than projecting the element's Hessian in x, and
+        not the same matrix where H_F is indefinite. Results otherwise equal :meth:`add_term` with the same energy
+        written over the corners, to round-off.
+
+        The shape of F follows from the elements' valence and the problem's ``variable_dim``:
+
+        - tets (valence 4, variable_dim 3): F is 3 x 3, ``energy(e, F, data)`` with F a ``wp.mat33`` (a dual 3x3
+          matrix in the derivative kernels: index it ``F[i, j]``, use ``ad.det``, ``ad.frobenius_sq``, ``*``, ...);
+        - flat triangles (valence 3, variable_dim 2): F is 2 x 2, ``energy(e, F, data)``, F a ``wp.mat22``;
+        - triangles in 3D (valence 3, variable_dim 3): F is 3 x 2, given as its two columns:
+          ``energy(e, f0, f1, data)`` with f0, f1 ``vec3`` (the dual numbers have no 3x2 matrix).
+
+        The energy returns the element's energy, i.e. the energy density times the element's rest measure (volume
+        or area) that it reads from ``data`` itself, as the built-in F-energies (``stable_neo_hookean_F``, ...) do.
+
+        Args:
+            elements: int array (m, valence) of variable indices (tets: ``TetMesh.tets``; triangles: faces).
+            energy: ``@wp.func`` taking the element index, F (as above), then ``data`` if given; returns a scalar.
+            rest_inverse: D_m^-1 per element: a ``wp.array`` of shape [m] of ``mat33`` (tets) or ``mat22``
+                (triangles) of the problem's dtype on its device, or a numpy array (m, c, c) (uploaded). From
+                ``TetMesh.rest_matrix_inverses()`` / ``TriMesh.face_rest_frame_inverses()``.
+            data, weight, name: as in :meth:`add_term` (no ``parameters``: deformation terms have no parameter
+                derivatives yet).
+
+        Returns:
+            The index of the term. It takes part in every evaluation (energy, gradient, Hessian, projected
+            Hessian, Hessian-vector product, Gauss-Newton as its exact Hessian; deterministic and tiled assembly);
+            ``eval_parameter_derivatives`` and residuals do not apply.
+
+        Raises:
+            TypeError, ValueError: on a bad argument (an element kind without a deformation gradient, an energy
+            taking the wrong arguments, a ``rest_inverse`` of the wrong shape or dtype), naming it, before any launch.
+        """
+        return self._add(elements, energy, data, weight, name, residual=False, what="add_deformation_term",
+                         rest_inverse=rest_inverse)  # fmt: skip
+
+    @reported_at_the_caller
     def add_residual_term(self, elements, residual, data=None, weight: float = 1.0, name: str | None = None) -> int:
         """Add a vector-valued term: residuals r_j in R^c (c = 1..4) per element.
 
@@ -266,11 +312,13 @@ class Problem:
         if set_interaction_elements(self.terms[term], elements, self.variable_count):
             self._storage.drop_layout()  # the element-energy buffer is sized from the capacity
 
-    def _add(self, elements, energy, data, weight, name, residual, what=None, parameters=None):
+    def _add(self, elements, energy, data, weight, name, residual, what=None, parameters=None, rest_inverse=None):
         what = what or ("add_residual_term" if residual else "add_term")
+        if what == "add_deformation_term" and rest_inverse is None:
+            raise ValueError("add_deformation_term(rest_inverse=...): expected D_m^-1 per element, got None")
         term = make_term(
             len(self.terms), elements, energy, data, weight, name, residual, what, self.kernel_facts,
-            self.variable_count, self.device, parameters, self.parameter_count,
+            self.variable_count, self.device, parameters, self.parameter_count, rest_inverse,
         )  # fmt: skip
         self.terms.append(term)
         self._storage.reset()
@@ -332,6 +380,18 @@ class Problem:
             extra = (self.dtype(eps), _PROJECTION_MODES[projection])
             self._launch_hessian(x, "assemble_hessian", "hessian_proj", extra)
         return self._storage.energy, self._storage.grad, self._storage.hess
+
+    @reported_at_the_caller
+    def assemble_energy(self, x):
+        """Launch the energy evaluation without waiting (the asynchronous form of :meth:`eval`; see
+        :meth:`assemble_hessian`).
+
+        Returns:
+            energy: a device array of shape [1] (+inf where an element returned +inf).
+        """
+        self._check_vector(x, "x", "assemble_energy")
+        self._assembler.energy(x)
+        return self._storage.energy
 
     @reported_at_the_caller
     def assemble_gradient(self, x):

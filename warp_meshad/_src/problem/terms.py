@@ -1,11 +1,13 @@
 """The terms of a problem: the :class:`Term` record (every field declared) and :func:`make_term`, which checks
-what ``add_term`` / ``add_residual_term`` / ``add_interaction_term`` were given and builds the record."""
+what ``add_term`` / ``add_residual_term`` / ``add_interaction_term`` / ``add_deformation_term`` were given and
+builds the record."""
 
 from __future__ import annotations
 
 import numpy as np
 import warp as wp
 
+from warp_meshad._src.codegen.contract import deformation_shape
 from warp_meshad._src.codegen.energy_rewrite import describe_energy
 from warp_meshad._src.codegen.kernel_cache import KernelFacts, probe_return_type
 from warp_meshad._src.codegen.kernel_source import KernelSpec
@@ -40,6 +42,7 @@ class Term:
             :class:`~warp_meshad._src.problem.interaction.InteractionElements`.
         capacity: element rows reserved (an interaction term's buffer; otherwise the element count).
         params: :class:`~warp_meshad._src.problem.parameters.ParameterField` per data field named a parameter.
+        rest_inverse: a deformation term's D_m^-1 per element (device array of ``matCC``), else None.
     """
 
     def __init__(self, index, elements, energy, info, data, weight, spec, residual, label):
@@ -64,6 +67,7 @@ class Term:
         self.interaction = None
         self.capacity = int(elements.shape[0])
         self.params = []
+        self.rest_inverse = None
 
     @property
     def count(self) -> int:
@@ -84,9 +88,29 @@ def _residual_dim(rtype, dtype):
     return None
 
 
+def _rest_inverse_array(rest_inverse, count: int, cols: int, dtype, device, what: str):
+    """``rest_inverse`` as a device array of ``count`` cols x cols matrices of ``dtype`` (a numpy-like array of shape
+    (count, cols, cols) is uploaded; a ``wp.array`` must already be one on ``device``)."""
+    mat_t = wp.types.matrix(shape=(cols, cols), dtype=dtype)
+    want = f"shape [{count}] of {cols}x{cols} matrices of {dtype_name(dtype)} (one D_m^-1 per element)"
+    if isinstance(rest_inverse, wp.array):
+        ok = (rest_inverse.ndim == 1 and rest_inverse.shape[0] == count and wp.types.type_is_matrix(rest_inverse.dtype)
+              and rest_inverse.dtype._shape_ == (cols, cols) and rest_inverse.dtype._wp_scalar_type_ is dtype)  # fmt: skip
+        if not ok:
+            raise ValueError(f"{what}(rest_inverse=...) must have {want}; got shape {rest_inverse.shape} of "
+                             f"{dtype_name(rest_inverse.dtype)}")  # fmt: skip
+        if rest_inverse.device != wp.get_device(device):
+            raise ValueError(f"{what}(rest_inverse=...) must be on the problem's device {device}, got {rest_inverse.device}")
+        return rest_inverse
+    arr = np.asarray(rest_inverse)
+    if arr.shape != (count, cols, cols) or not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"{what}(rest_inverse=...) must have {want}; got a {arr.dtype} array of shape {arr.shape}")
+    return wp.array(arr, dtype=mat_t, device=device)
+
+
 def make_term(
     index: int, elements, energy, data, weight, name, residual: bool, what: str, facts: KernelFacts,
-    variable_count: int, device, parameters=None, parameter_offset: int = 0,
+    variable_count: int, device, parameters=None, parameter_offset: int = 0, rest_inverse=None,
 ) -> Term:  # fmt: skip
     """Check a term's arguments and build its record (its elements uploaded to ``device``).
 
@@ -100,6 +124,7 @@ def make_term(
         variable_count: number of variables (the range of element indices).
         device: where the elements go.
         parameter_offset: theta offset of the term's first parameter (the problem's parameter count so far).
+        rest_inverse: for a deformation term (``add_deformation_term``), D_m^-1 per element; its energy takes F.
 
     Raises:
         TypeError, ValueError: on a bad argument, naming it, before any launch.
@@ -109,12 +134,15 @@ def make_term(
     info = describe_energy(energy, f"{what}({argname}=...)")
     el = check_elements(elements, variable_count, what)
     valence = el.shape[1]
-    expected = 1 + valence + (0 if data is None else 1)
+    fs = None if rest_inverse is None else deformation_shape(valence, facts.variable_dim, what)
+    nvars = valence if fs is None else (1 if fs.square else fs.cols)
+    expected = 1 + nvars + (0 if data is None else 1)
     if len(info.arg_names) != expected:
         has = "with" if data is not None else "without"
+        what_vars = f"{valence} variables" if fs is None else fs.describe()
         raise ValueError(
             f"{what}({argname}={info.name}): elements have valence {valence}, so the {argname} must take "
-            f"{expected} arguments (element index, {valence} variables{', data' if data is not None else ''}) "
+            f"{expected} arguments (element index, {what_vars}{', data' if data is not None else ''}) "
             f"when called {has} data; it takes {len(info.arg_names)}: ({', '.join(info.arg_names)})"
         )
     if data is not None and not is_struct_instance(data):
@@ -125,8 +153,10 @@ def make_term(
         raise TypeError(f"{what}(weight=...) must be a real number, got {weight!r}") from None
     if not np.isfinite(weight) or (residual and weight < 0.0):
         raise ValueError(f"{what}(weight=...) must be finite{' and >= 0' if residual else ''}, got {weight}")
-    spec = KernelSpec(valence, facts.variable_dim, dtype, data is not None)
+    spec = KernelSpec(valence, facts.variable_dim, dtype, data is not None, deformation=fs)
     term = Term(index, el, energy, info, data, weight, spec, residual, name or info.name)
+    if fs is not None:
+        term.rest_inverse = _rest_inverse_array(rest_inverse, el.shape[0], fs.cols, dtype, device, what)
     rtype = probe_return_type(term, facts, what, argname)
     if residual:
         rdim = _residual_dim(rtype, dtype)
@@ -143,6 +173,8 @@ def make_term(
         )
     if spec.k > 64:
         raise ValueError(f"{what}: valence {valence} x variable_dim {facts.variable_dim} = {spec.k} exceeds 64 variables")
+    if parameters is not None and fs is not None:
+        raise ValueError(f"{what}(parameters=...): deformation terms have no parameter derivatives yet; use add_term")
     if parameters is not None:
         term.params = describe_parameters(term, parameters, dtype, parameter_offset, spec.k, what)
         spec.param_count = sum(f.size for f in term.params)
