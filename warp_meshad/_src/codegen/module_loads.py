@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import warp as wp
 
-from warp_meshad._src.codegen.warp_compat import install_module_hooks, loaded_binary
+from warp_meshad._src.codegen.warp_compat import binary_hash, install_module_hooks, loaded_binary
+from warp_meshad._src.plural import plural
 
 __all__ = ["ModuleLoad", "ModuleLoads", "describe_module", "kernel_cache_dir", "module_label"]
 
@@ -85,6 +86,8 @@ class ModuleLoad:
         module: the Warp module's name.
         label: what it holds (:func:`module_label`).
         device: the device it was loaded on.
+        hash: the binary's content hash, 7 hex digits as in Warp's log (None where Warp gives none): a module built
+            twice under one name (its kernels changed in between, e.g. a kernel added to it) has two.
         compiled: True when Warp built it (a kernel-cache miss), False when it loaded the cached binary, None when
             this Warp version does not tell.
         seconds: wall time of the load (codegen + compile + load, or the cached load).
@@ -93,6 +96,7 @@ class ModuleLoad:
     module: str
     label: str
     device: str
+    hash: str | None
     compiled: bool | None
     seconds: float
 
@@ -127,13 +131,14 @@ class ModuleLoads:
 
     @property
     def compile_s(self) -> float:
-        """Seconds spent in loads that compiled."""
+        """Seconds spent in loads that compiled (codegen, compile and the load of the new binary)."""
         return sum((r.seconds for r in self.loads if r.compiled), 0.0)
 
     @property
     def load_s(self) -> float:
-        """Seconds spent in all module loads (compiled or cached)."""
-        return sum((r.seconds for r in self.loads), 0.0)
+        """Seconds spent in loads that did not compile (cached binaries; loads whose kind is unknown): compile time
+        excluded, so ``compile_s + load_s`` is the time of all loads."""
+        return sum((r.seconds for r in self.loads if not r.compiled), 0.0)
 
     @property
     def cache_warm(self) -> bool | None:
@@ -143,7 +148,8 @@ class ModuleLoads:
         return not any(r.compiled for r in self.loads)
 
     def summary(self) -> dict:
-        """The numbers for ``metrics.json``: counts, seconds, the cache folder and each load."""
+        """The numbers for ``metrics.json``: counts, seconds (``compile_s``: the loads that compiled; ``load_s``: the
+        others), the cache folder and each load (its module, what it holds, device, hash)."""
         return {
             "cache_warm": self.cache_warm,
             "modules_loaded": len(self.loads),
@@ -152,21 +158,29 @@ class ModuleLoads:
             "load_s": self.load_s,
             "kernel_cache": kernel_cache_dir(),
             "modules": [
-                {"module": r.module, "what": r.label, "device": r.device, "compiled": r.compiled,
+                {"module": r.module, "what": r.label, "device": r.device, "hash": r.hash, "compiled": r.compiled,
                  "seconds": r.seconds}
                 for r in self.loads
             ],
         }
 
     def describe(self) -> str:
-        """One line for the end of a run, e.g. ``"compiled 15 Warp modules in 9.6 s (kernel cache: ...)"``."""
-        n = len(self.compiled)
-        if n == 0:
-            return f"all {len(self.loads)} Warp modules loaded from the kernel cache in {self.load_s:.2f} s"
-        cached = len(self.loads) - n
-        more = f", {cached} loaded from the cache" if cached else ""
-        return (f"compiled {n} Warp module{'s' if n != 1 else ''} in {self.compile_s:.1f} s{more}; later runs load "
-                f"them from the kernel cache ({kernel_cache_dir()})")
+        """One line for the end of a run, e.g. ``"compiled 15 Warp modules in 9.6 s, 2 loaded from the cache in
+        0.01 s; later runs load them from the kernel cache (...)"``; a module compiled more than once (on two devices,
+        or with its kernels changed in between) is named with its devices and hashes."""
+        compiled = self.compiled
+        if not compiled:
+            return f"all {plural(len(self.loads), 'Warp module')} loaded from the kernel cache in {self.load_s:.2f} s"
+        cached = len(self.loads) - len(compiled)
+        more = f", {cached} loaded from the cache in {self.load_s:.2f} s" if cached else ""
+        builds: dict[str, list[ModuleLoad]] = {}
+        for r in compiled:
+            builds.setdefault(r.module, []).append(r)
+        again = [f"{rs[0].label} {len(rs)} times ({', '.join(f'{r.device} {r.hash}' for r in rs)})"
+                 for rs in builds.values() if len(rs) > 1]
+        twice = f" ({'; '.join(again)})" if again else ""
+        return (f"compiled {plural(len(compiled), 'Warp module')} in {self.compile_s:.1f} s{twice}{more}; later runs "
+                f"load them from the kernel cache ({kernel_cache_dir()})")
 
     # -- context manager -------------------------------------------------------------------------------------------
 
@@ -227,8 +241,8 @@ def _install() -> None:
             finally:
                 stack.pop()
             if result is not None and result is not before:  # not a launch's fast path: Warp built or read the binary
-                record = ModuleLoad(module.name, module_label(module), str(dev), frame["compiled"],
-                                    time.perf_counter() - t0)
+                record = ModuleLoad(module.name, module_label(module), str(dev), binary_hash(result),
+                                    frame["compiled"], time.perf_counter() - t0)
                 for monitor in list(_active):
                     monitor._loaded(record)
             return result

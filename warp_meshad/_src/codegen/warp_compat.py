@@ -15,6 +15,7 @@ from typing import Callable
 import warp as wp
 
 __all__ = [
+    "binary_hash",
     "codegen_error_frames",
     "function_return_types",
     "generate_module_code",
@@ -157,6 +158,16 @@ def loaded_binary(module, device, block_dim: int | None):
     """
     dev = wp.get_device(device)
     return module.execs.get((dev.context, block_dim if block_dim is not None else module.options["block_dim"]))
+
+
+def binary_hash(binary) -> str | None:
+    """The content hash of a loaded module binary (from :func:`loaded_binary` or ``Module.load``) as Warp's log
+    shows it (7 hex digits), or None where the binary has none.
+
+    Warp 1.19: ``ModuleExec.module_hash`` (bytes).
+    """
+    h = getattr(binary, "module_hash", None)
+    return h.hex()[:7] if h else None
 
 
 def set_matrix_pattern_version(A, version: int) -> None:
