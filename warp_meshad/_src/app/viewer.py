@@ -29,6 +29,8 @@ import tempfile
 
 import numpy as np
 
+from warp_meshad._src.plural import plural
+
 __all__ = ["ColorBar", "ViewerController", "ViewerError", "add_colorbar", "colorbar_figure", "first_colorbar",
            "screenshot", "show"]
 
@@ -274,7 +276,7 @@ class ViewerController:
 
     def _step(self) -> None:
         rec = self.app.step()
-        self.log(f"step {self.app.steps_done}: {rec['iterations']} iterations, energy {self.app.energy:.9g}")
+        self.log(f"step {self.app.steps_done}: {plural(rec['iterations'], 'iteration')}, energy {self.app.energy:.9g}")
         self.refresh()
 
     def refresh(self) -> None:
