@@ -11,7 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `benchmarks` is a folder of the checkout, not an installed package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import area_smoothing, assembly_choice, param_hvp, smoothing_hand  # noqa: E402
+from benchmarks import area_smoothing, assembly_choice, param_hvp, smoothing_hand, tet_hand  # noqa: E402
 
 WARP_AREA = ["warp_meshad", "handwritten", "warp_tape"]
 WARP_HVP = ["warp_meshad", "warp_meshad_assembled", "warp_meshad_assemble_spmv"]
@@ -74,6 +74,15 @@ def test_assembly_choice_problems_agree(device, case):
     # the default and the deterministic problem of each case give the same energy, gradient and Hessian
     errors = assembly_choice.run_case(case, 6, device, runs=1, records=[], check_only=True)
     assert max(errors) <= 1e-5, errors
+
+
+def test_tet_hand_kernel_and_the_F_path_agree_with_the_corner_path(device):
+    # run_size asserts the hand-written kernel's and the F path's energy, gradient and Hessian within 1e-12 (relative)
+    records = []
+    tet_hand.run_size(3, device, 1, records, "auto")
+    assert [r["method"] for r in records] == ["hand_snh", "warp_meshad_snh", "warp_meshad_snh_F", "warp_meshad_snh_proj",
+                                              "warp_meshad_snh_F_proj"]  # fmt: skip
+    assert max(r["check_rel_error"] for r in records if "check_rel_error" in r) < 1e-12
 
 
 def test_param_hvp_warp_methods_agree(device):

@@ -1,0 +1,203 @@
+"""Stable Neo-Hookean energy + gradient + sparse Hessian: a hand-written analytic kernel beside warp_meshad's dual paths.
+
+Run on a GPU host (writes benchmarks/results/tet_hand.json and .png; issue 19 points 1 and 4):
+
+    python -m benchmarks.tet_hand --sizes 27 56              # TetMesh.box(n, n, n): 105,456 and 998,250 tets
+    python -m benchmarks.tet_hand --device cpu --sizes 2     # CPU smoke run (6 tets)
+
+The mesh is ``TetMesh.box(n, n, n)`` (6 (n - 1)^3 tets), its vertices moved by noise (0.2 of an edge) and the bar
+stretched by 10%; float64 throughout; mu = 1e4, lambda = 4e4 (as benchmarks/tet_elastic.py).
+
+Methods (one process, the same mesh, the same BSR block slots):
+
+* ``hand_snh``: one thread per tet computes F, psi, P = dpsi/dF and dP/dF in closed form
+  (dP/dF = V (mu I + lambda g g^T + (lambda (J - 1) - mu) d2J/dF2), g = vec cof F, d2J/dF2 built from skew matrices of
+  F's columns), applies the chain rule to the 12 x 12 Hessian as 16 blocks H_ab = sum_jm b_a[j] b_b[m] K_jm and adds
+  them with ``atomic_add`` into the slots the Problem found (``problem.terms[0].slots``); element energies go to their
+  own slots and are summed, as the Problem does. Checked against the Problem to 1e-12 (relative) before timing.
+* ``warp_meshad_snh``: ``stable_neo_hookean`` over the corners (``add_term``, 12 duals), ``assemble_hessian``;
+* ``warp_meshad_snh_F``: ``stable_neo_hookean_F`` (``add_deformation_term``, 9 duals, dF/dx applied in the kernel);
+* ``..._proj``: the same with per-element PSD projection (``projection="clamp"``): of the 12 x 12 Hessian in x on the
+  corner path, of the 9 x 9 Hessian in F on the F path.
+
+Timing: CUDA-graph replays timed with events on a GPU (benchmarks/common.py), host timing on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import traceback
+
+import numpy as np
+import warp as wp
+
+from benchmarks.common import guard_cpu_out, record, time_warp, write
+
+NAME = "tet_hand"
+MU, LAM = 1.0e4, 4.0e4
+
+
+@wp.func
+def _b(dinv: wp.mat33d, a: int):
+    """dF/dx_a = I (x) b_a: row a - 1 of D_m^-1 for a >= 1, minus their sum for a = 0."""
+    if a == 0:
+        return -(dinv[0] + dinv[1] + dinv[2])
+    return dinv[a - 1]
+
+
+@wp.kernel(enable_backward=False)
+def _snh_hand(
+    elements: wp.array2d(dtype=wp.int32),
+    x: wp.array(dtype=wp.vec3d),
+    rest_inverse: wp.array(dtype=wp.mat33d),
+    volume: wp.array(dtype=wp.float64),
+    mu: wp.float64,
+    lam: wp.float64,
+    slots: wp.array2d(dtype=wp.int32),
+    energy: wp.array(dtype=wp.float64),
+    grad: wp.array(dtype=wp.vec3d),
+    hvals: wp.array(dtype=wp.mat33d),
+):
+    """One thread per tet: energy, gradient and the 16 Hessian blocks of stable Neo-Hookean, in closed form."""
+    t = wp.tid()
+    dinv = rest_inverse[t]
+    x0 = x[elements[t, 0]]
+    F = wp.matrix_from_cols(x[elements[t, 1]] - x0, x[elements[t, 2]] - x0, x[elements[t, 3]] - x0) @ dinv
+    f1 = wp.vec3d(F[0, 0], F[1, 0], F[2, 0])
+    f2 = wp.vec3d(F[0, 1], F[1, 1], F[2, 1])
+    f3 = wp.vec3d(F[0, 2], F[1, 2], F[2, 2])
+    c1 = wp.cross(f2, f3)  # columns of cof F = dJ/dF
+    c2 = wp.cross(f3, f1)
+    c3 = wp.cross(f1, f2)
+    jm1 = wp.dot(f1, c1) - wp.float64(1.0)
+    v = volume[t]
+    half = wp.float64(0.5)
+    energy[t] = v * (half * mu * (wp.ddot(F, F) - wp.float64(3.0)) - mu * jm1 + half * lam * jm1 * jm1)
+    s = lam * jm1 - mu  # P = V (mu F + s cof F)
+    p1 = v * (mu * f1 + s * c1)
+    p2 = v * (mu * f2 + s * c2)
+    p3 = v * (mu * f3 + s * c3)
+    # dP/dF in 3 x 3 blocks K_jm between columns j and m: V (mu delta_jm I + lam c_j c_m^T + s d2J/df_j df_m)
+    vs = v * s
+    vl = v * lam
+    k11 = vl * wp.outer(c1, c1) + v * mu * wp.identity(n=3, dtype=wp.float64)
+    k22 = vl * wp.outer(c2, c2) + v * mu * wp.identity(n=3, dtype=wp.float64)
+    k33 = vl * wp.outer(c3, c3) + v * mu * wp.identity(n=3, dtype=wp.float64)
+    k12 = vl * wp.outer(c1, c2) - vs * wp.skew(f3)
+    k13 = vl * wp.outer(c1, c3) + vs * wp.skew(f2)
+    k23 = vl * wp.outer(c2, c3) - vs * wp.skew(f1)
+    k21 = wp.transpose(k12)
+    k31 = wp.transpose(k13)
+    k32 = wp.transpose(k23)
+    for a in range(4):
+        ba = _b(dinv, a)
+        wp.atomic_add(grad, elements[t, a], p1 * ba[0] + p2 * ba[1] + p3 * ba[2])
+        # T_a,m = sum_j b_a[j] K_jm, then H_ab = sum_m T_a,m b_b[m]
+        t1 = ba[0] * k11 + ba[1] * k21 + ba[2] * k31
+        t2 = ba[0] * k12 + ba[1] * k22 + ba[2] * k32
+        t3 = ba[0] * k13 + ba[1] * k23 + ba[2] * k33
+        for b in range(4):
+            bb = _b(dinv, b)
+            wp.atomic_add(hvals, slots[t, a * 4 + b], t1 * bb[0] + t2 * bb[1] + t3 * bb[2])
+
+
+def build(n: int, device, assembly: str, seed: int = 0):
+    """The mesh, the perturbed positions and the two problems (corners, F) over it."""
+    import warp_meshad as wm
+    from warp_meshad.kernels.energies import StableNeoHookeanData, stable_neo_hookean, stable_neo_hookean_F
+
+    mesh = wm.TetMesh.box(n, n, n)
+    rng = np.random.default_rng(seed)
+    h = 1.0 / (n - 1)
+    X = mesh.vertices * np.array([1.1, 1.0, 1.0]) + 0.2 * h * rng.uniform(-0.5, 0.5, size=mesh.vertices.shape)
+    data = StableNeoHookeanData()
+    data.rest_inverse = wp.array(mesh.rest_matrix_inverses(), dtype=wp.mat33d, device=device)
+    data.volume = wp.array(mesh.volumes(), dtype=wp.float64, device=device)
+    data.mu, data.lam = wp.float64(MU), wp.float64(LAM)
+    corners = wm.Problem(mesh.vertex_count, 3, dtype=wp.float64, device=device, assembly=assembly)
+    corners.add_term(mesh.tets, stable_neo_hookean, data)
+    fterm = wm.Problem(mesh.vertex_count, 3, dtype=wp.float64, device=device, assembly=assembly)
+    fterm.add_deformation_term(mesh.tets, stable_neo_hookean_F, rest_inverse=data.rest_inverse, data=data)
+    return mesh, X, data, corners, fterm
+
+
+def rel(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))
+
+
+def run_size(n, device, runs, records, assembly):
+    mesh, X, data, corners, fterm = build(n, device, assembly)
+    x = wp.array(X, dtype=wp.vec3d, device=device)
+    dev = str(wp.get_device(device))
+    print(f"-- box {n}^3 vertices: {mesh.tet_count} tets, {mesh.vertex_count} vertices, "
+          f"{corners.hessian_block_count} blocks")  # fmt: skip
+    f, g, H = corners.assemble_hessian(x)
+    wp.synchronize_device(device)
+    ref = (float(f.numpy()[0]), g.numpy().copy(), H.values.numpy()[: H.nnz].copy())
+    tets = corners.terms[0].elements
+    slots = corners.terms[0].slots
+    e_el = wp.zeros(mesh.tet_count, dtype=wp.float64, device=device)
+    e_sum = wp.zeros(1, dtype=wp.float64, device=device)
+    g_h = wp.zeros_like(g)
+    h_h = wp.zeros(H.nnz, dtype=wp.mat33d, device=device)
+
+    def hand():
+        g_h.zero_()
+        h_h.zero_()
+        wp.launch(_snh_hand, dim=mesh.tet_count, device=device,
+                  inputs=[tets, x, data.rest_inverse, data.volume, data.mu, data.lam, slots, e_el, g_h, h_h])  # fmt: skip
+        wp.utils.array_sum(e_el, out=e_sum)
+
+    hand()
+    wp.synchronize_device(device)
+    checks = {"hand_snh": (float(e_sum.numpy()[0]), g_h.numpy(), h_h.numpy())}
+    ff, gf, Hf = fterm.assemble_hessian(x)
+    wp.synchronize_device(device)
+    checks["warp_meshad_snh_F"] = (float(ff.numpy()[0]), gf.numpy(), Hf.values.numpy()[: Hf.nnz])
+    errs = {}
+    for method, (e, gg, hh) in checks.items():
+        errs[method] = max(rel([e], [ref[0]]), rel(gg, ref[1]), rel(hh, ref[2]))
+        print(f"   {method} vs warp_meshad_snh: relative error {errs[method]:.2e}")
+        assert errs[method] < 1e-12, (method, errs[method])
+
+    def add(method, times, **extra):
+        r = record(NAME, method, mesh.vertex_count, "float64", times, dev, tets=mesh.tet_count, assembly=assembly,
+                   **extra)  # fmt: skip
+        records.append(r)
+        print(f"   {method:26s} median {r['ms_median']:9.3f} ms  min {r['ms_min']:9.3f} ms")
+
+    add("hand_snh", time_warp(hand, device, runs), check_rel_error=errs["hand_snh"])
+    add("warp_meshad_snh", time_warp(lambda: corners.assemble_hessian(x), device, runs))
+    add("warp_meshad_snh_F", time_warp(lambda: fterm.assemble_hessian(x), device, runs),
+        check_rel_error=errs["warp_meshad_snh_F"])  # fmt: skip
+    add("warp_meshad_snh_proj", time_warp(lambda: corners.assemble_hessian(x, projection="clamp"), device, runs))
+    add("warp_meshad_snh_F_proj", time_warp(lambda: fterm.assemble_hessian(x, projection="clamp"), device, runs))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[27, 56], help="vertices per side: TetMesh.box(n, n, n)")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--assembly", default="auto", choices=["auto", "atomic", "tiled"],
+                    help="the Problems' Hessian assembly (the hand-written kernel always adds atomically)")  # fmt: skip
+    args = ap.parse_args(argv)
+    wp.config.log_level = wp.LOG_WARNING
+    wp.init()
+    device = args.device or ("cuda:0" if wp.get_cuda_device_count() else "cpu")
+    guard_cpu_out(wp.get_device(device).is_cuda)
+    records = []
+    for n in args.sizes:
+        try:
+            run_size(n, device, args.runs, records, args.assembly)
+        except Exception:
+            traceback.print_exc()
+            records.append({"benchmark": NAME, "size": n, "error": traceback.format_exc(limit=3)})
+        write(NAME, records)
+    print(f"wrote {len(records)} records")
+    return records
+
+
+if __name__ == "__main__":
+    main()
