@@ -382,6 +382,18 @@ class Problem:
         return self._storage.energy, self._storage.grad, self._storage.hess
 
     @reported_at_the_caller
+    def assemble_energy(self, x):
+        """Launch the energy evaluation without waiting (the asynchronous form of :meth:`eval`; see
+        :meth:`assemble_hessian`).
+
+        Returns:
+            energy: a device array of shape [1] (+inf where an element returned +inf).
+        """
+        self._check_vector(x, "x", "assemble_energy")
+        self._assembler.energy(x)
+        return self._storage.energy
+
+    @reported_at_the_caller
     def assemble_gradient(self, x):
         """Launch energy and gradient evaluation without waiting (see :meth:`assemble_hessian`).
 

@@ -2,6 +2,9 @@
 
 - ``solvers``: the one Newton-type loop (``_Driver.solve``) and its solvers (Newton / projected Newton, Gauss-Newton,
   Newton-CG, L-BFGS, gradient descent), ``SolveResult``, and ``NewtonHooks`` (contact refresh, trial energy, stop test).
+- ``device_loop`` (+ ``device_loop_kernels``): the Newton loop with its decisions on the device (``NewtonSolver(...,
+  device_loop=True)``): at most one small host read per iteration, CUDA graphs with ``DeviceLoop(capture=True)``.
+- ``phase_timer``: phase timers on CUDA events (no synchronization), the host clock on the CPU.
 - ``line_search``: Armijo backtracking with +inf/NaN rejection and an optional step bound (CCD).
 - ``linear``: the sparse linear back-ends behind ``LinearSolver`` (SciPy, QDLDL, Warp CG, CuPy, cuDSS, ``"auto"``).
 - ``constraints``: Dirichlet pins applied symmetrically to a BSR system and to block vectors.

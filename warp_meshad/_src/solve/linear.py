@@ -181,16 +181,6 @@ def _csr_values_from_bsr(
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _ms_since(t0: float, device) -> float:
-    wp.synchronize_device(device)
-    return (time.perf_counter() - t0) * 1000.0
-
-
-def _now(device) -> float:
-    wp.synchronize_device(device)
-    return time.perf_counter()
-
-
 def _block_dim(A: wps.BsrMatrix) -> int:
     return A.block_shape[0]
 
@@ -288,11 +278,16 @@ class _CsrBuffers:
             )
 
 
-def _residual_norm(A: wps.BsrMatrix, b: wp.array, x: wp.array, work: wp.array) -> float:
-    """``||b - A x||_2`` using ``work`` (same shape/dtype as b) as scratch."""
+def _residual_into(A: wps.BsrMatrix, b: wp.array, x: wp.array, work: wp.array) -> wp.array:
+    """``work = b - A x`` (``work``: same shape/dtype as b), queued on the device."""
     wp.copy(work, b)
     wps.bsr_mv(A, x, work, alpha=-1.0, beta=1.0)
-    return norm(work)
+    return work
+
+
+def _residual_norm(A: wps.BsrMatrix, b: wp.array, x: wp.array, work: wp.array) -> float:
+    """``||b - A x||_2`` using ``work`` (same shape/dtype as b) as scratch."""
+    return norm(_residual_into(A, b, x, work))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -313,11 +308,15 @@ class LinearSolver:
 
     name: str = "base"
     cudss_skipped_reason: str | None = None
+    defers_checks: bool = False
+    """Whether :meth:`solve_deferred` leaves the residual check on the device (CuPy, cuDSS); the host back-ends and
+    CG check on the host, as in :meth:`solve`."""
 
     def __init__(self, compute_residual: bool = True):
         self.compute_residual = bool(compute_residual)
         self._pattern = None
         self._work = None
+        self._deferred = None  # residual_sq of the solve_deferred call under way
 
     def solve(self, A: wps.BsrMatrix, b: wp.array, x: wp.array) -> LinearSolveInfo:
         """Solve ``A x = b``, writing ``x`` in place.
@@ -350,12 +349,45 @@ class LinearSolver:
         """
         return self.solve(A, b, x)
 
+    def solve_deferred(self, A: wps.BsrMatrix, b: wp.array, x: wp.array, residual_sq: wp.array) -> LinearSolveInfo:
+        """Solve ``A x = b`` as :meth:`solve` does, without waiting for the device where the back-end allows it
+        (:attr:`defers_checks`): the residual check is queued as ``residual_sq[0] = ||b - A x||^2`` (not finite when
+        the solve failed; untouched with ``compute_residual=False``), the timers do not synchronize (their
+        milliseconds are host time to queue the work) and ``LinearSolveInfo.residual_norm`` is NaN. The device loop
+        (:mod:`warp_meshad._src.solve.device_loop`) reads ``residual_sq`` with its state. Other back-ends run
+        :meth:`solve` and leave ``residual_sq`` alone.
+
+        Args:
+            A, b, x: as :meth:`solve`.
+            residual_sq: device array of shape [1] and A's scalar type, on A's device.
+        """
+        if not self.defers_checks:
+            return self.solve(A, b, x)
+        self._deferred = residual_sq
+        try:
+            return self.solve(A, b, x)
+        finally:
+            self._deferred = None
+
     def _residual(self, A, b, x) -> float:
         if not self.compute_residual:
             return float("nan")
         if self._work is None or self._work.shape != b.shape or self._work.dtype != b.dtype or self._work.device != b.device:
             self._work = wp.empty_like(b)
+        if self._deferred is not None:
+            work = _residual_into(A, b, x, self._work)
+            wp.utils.array_inner(work, work, out=self._deferred)
+            return float("nan")
         return _residual_norm(A, b, x, self._work)
+
+    def _now(self, device) -> float:
+        """The host clock, once the device is idle unless a :meth:`solve_deferred` call is under way."""
+        if self._deferred is None:
+            wp.synchronize_device(device)
+        return time.perf_counter()
+
+    def _ms_since(self, t0: float, device) -> float:
+        return (self._now(device) - t0) * 1000.0
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
@@ -392,9 +424,9 @@ class ScipySolver(LinearSolver):
 
     def solve(self, A, b, x):
         _check_system(A, b, x)
-        t0 = _now(A.device)
+        t0 = self._now(A.device)
         self._host_pattern(A)
-        return self._factor_solve(A, b, x, _ms_since(t0, A.device))
+        return self._factor_solve(A, b, x, self._ms_since(t0, A.device))
 
     def _host_pattern(self, A) -> bool:
         """Build the scalar CSR buffers and their host copies for a new sparsity pattern; True if it was new."""
@@ -450,7 +482,7 @@ class ScipySolver(LinearSolver):
         t0 = time.perf_counter()
         rhs = b.numpy().reshape(-1).astype(data.dtype, copy=False)
         self._write_solution(A, x, lu.solve(rhs))
-        solve_ms = _ms_since(t0, device)
+        solve_ms = self._ms_since(t0, device)
         return LinearSolveInfo("scipy", 1, self._residual(A, b, x), analysis_ms, factor_ms, solve_ms)
 
     def resolve(self, A, b, x):
@@ -460,7 +492,7 @@ class ScipySolver(LinearSolver):
         t0 = time.perf_counter()
         rhs = b.numpy().reshape(-1).astype(wp.dtype_to_numpy(A.scalar_type), copy=False)
         self._write_solution(A, x, self._lu.solve(rhs))
-        return LinearSolveInfo("scipy", 1, self._residual(A, b, x), 0.0, 0.0, _ms_since(t0, A.device))
+        return LinearSolveInfo("scipy", 1, self._residual(A, b, x), 0.0, 0.0, self._ms_since(t0, A.device))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -541,7 +573,7 @@ class QdldlSolver(ScipySolver):
         if not np.all(np.isfinite(sol)):
             return self._fall_back(A, b, x, analysis_ms, "non-finite solution")
         self._write_solution(A, x, sol.astype(data.dtype, copy=False))
-        solve_ms = _ms_since(t0, device)
+        solve_ms = self._ms_since(t0, device)
         residual = self._residual(A, b, x)
         # without pivoting, an indefinite matrix can factor with growth: a bad residual means "use SuperLU"
         b_norm = max(float(np.linalg.norm(rhs)), np.finfo(np.float64).tiny)
@@ -558,7 +590,7 @@ class QdldlSolver(ScipySolver):
         t0 = time.perf_counter()
         sol = self._ldl.solve(b.numpy().reshape(-1).astype(np.float64, copy=False))
         self._write_solution(A, x, sol.astype(wp.dtype_to_numpy(A.scalar_type), copy=False))
-        return LinearSolveInfo(self.name, 1, self._residual(A, b, x), 0.0, 0.0, _ms_since(t0, A.device))
+        return LinearSolveInfo(self.name, 1, self._residual(A, b, x), 0.0, 0.0, self._ms_since(t0, A.device))
 
     def _fall_back(self, A, b, x, analysis_ms, why: str) -> LinearSolveInfo:
         self._ldl = None
@@ -623,7 +655,7 @@ class CGSolver(LinearSolver):
 
         _check_system(A, b, x)
         device = A.device
-        t0 = _now(device)
+        t0 = self._now(device)
         key = (b.shape, b.dtype, str(device), A.nrow)
         if self._state is None or self._pattern != key:
             self._state = wpl.cg(
@@ -638,16 +670,16 @@ class CGSolver(LinearSolver):
                 run=False,
             )
             self._pattern = key
-        analysis_ms = _ms_since(t0, device)
+        analysis_ms = self._ms_since(t0, device)
 
         t0 = time.perf_counter()
         ptype = self.PRECONDITIONERS[self.preconditioner]
         M = None if ptype == "id" else wpl.preconditioner(A, ptype)
-        factor_ms = _ms_since(t0, device)
+        factor_ms = self._ms_since(t0, device)
 
         t0 = time.perf_counter()
         iterations, residual, abs_tol = self._state(A=A, b=b, x=x, M=M)
-        solve_ms = _ms_since(t0, device)
+        solve_ms = self._ms_since(t0, device)
         iterations, residual, abs_tol = int(iterations), float(residual), float(abs_tol)
         if not math.isfinite(residual):
             raise LinearSolveError(f"cg: residual became {residual} (indefinite or non-finite matrix?)")
@@ -727,6 +759,8 @@ def _bind_thread(device) -> None:
 
 class _GpuCsrSolver(LinearSolver):
     """Common part of the CuPy and cuDSS back-ends: zero-copy CuPy views of our CSR buffers on Warp's stream."""
+
+    defers_checks = True
 
     def __init__(self, compute_residual: bool = True):
         super().__init__(compute_residual)
@@ -810,17 +844,17 @@ class CupySolver(_GpuCsrSolver):
         cp = self._cp
         dev_ctx, stream_ctx = self._stream(device)
         with dev_ctx, stream_ctx:
-            t0 = _now(device)
+            t0 = self._now(device)
             key = _pattern_key(A)
             if self._pattern != key:
                 self._csr = _CsrBuffers(A)
                 self._mat = self._views(device)
                 self._pattern = _pattern_key(A)  # after nnz_sync() made A.nnz exact
-            analysis_ms = _ms_since(t0, device)
+            analysis_ms = self._ms_since(t0, device)
 
             t0 = time.perf_counter()
             self._csr.update_values(A)
-            factor_ms = _ms_since(t0, device)
+            factor_ms = self._ms_since(t0, device)
 
             t0 = time.perf_counter()
             iterations, converged = 1, True
@@ -832,7 +866,7 @@ class CupySolver(_GpuCsrSolver):
             except Exception as exc:  # cuSOLVER errors surface as several exception types
                 raise LinearSolveError(f"cupy: {self.method} failed: {exc}") from exc
             self._flat(cp, x)[...] = sol.astype(self._mat.dtype, copy=False)
-            solve_ms = _ms_since(t0, device)
+            solve_ms = self._ms_since(t0, device)
         info = LinearSolveInfo(self.name, iterations, self._residual(A, b, x), analysis_ms, factor_ms, solve_ms)
         info.converged = converged
         return info
@@ -914,31 +948,31 @@ class CudssSolver(_GpuCsrSolver):
         stream = wp.get_stream(device).cuda_stream
         dev_ctx, stream_ctx = self._stream(device)
         with dev_ctx, stream_ctx:
-            t0 = _now(device)
+            t0 = self._now(device)
             key = _pattern_key(A)
             try:
                 if self._pattern != key or self._solver is None:
                     self._build(A, device)
                     self._pattern = _pattern_key(A)  # after nnz_sync() made A.nnz exact
-                analysis_ms = _ms_since(t0, device)
+                analysis_ms = self._ms_since(t0, device)
 
                 t0 = time.perf_counter()
                 self._csr.update_values(A)
                 self._rhs[...] = self._flat(cp, b)
                 self._solver.factorize(stream=stream)
-                factor_ms = _ms_since(t0, device)
+                factor_ms = self._ms_since(t0, device)
 
                 t0 = time.perf_counter()
                 sol = self._solver.solve(stream=stream)
                 self._flat(cp, x)[...] = sol.reshape(-1)
-                solve_ms = _ms_since(t0, device)
+                solve_ms = self._ms_since(t0, device)
             except ImportError:
                 raise
             except Exception as exc:
                 self.invalidate_pattern()
                 raise LinearSolveError(f"cudss: {type(exc).__name__}: {exc}") from exc
         residual = self._residual(A, b, x)
-        if not math.isfinite(residual) and self.compute_residual:
+        if not math.isfinite(residual) and self.compute_residual and self._deferred is None:
             raise LinearSolveError(f"cudss: residual is {residual} (singular matrix?)")
         self._factored = _pattern_key(A)
         return LinearSolveInfo(self.name, 1, residual, analysis_ms, factor_ms, solve_ms)
@@ -959,7 +993,7 @@ class CudssSolver(_GpuCsrSolver):
             except Exception as exc:
                 self.invalidate_pattern()
                 raise LinearSolveError(f"cudss: {type(exc).__name__}: {exc}") from exc
-            solve_ms = _ms_since(t0, A.device)
+            solve_ms = self._ms_since(t0, A.device)
         return LinearSolveInfo(self.name, 1, self._residual(A, b, x), 0.0, 0.0, solve_ms)
 
 

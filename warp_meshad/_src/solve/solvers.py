@@ -34,6 +34,7 @@ from typing import Any, Callable
 import warp as wp
 
 from warp_meshad._src.solve.constraints import apply_dirichlet, fixed_indices, fixed_mask_from_indices, zero_fixed_rows
+from warp_meshad._src.solve.device_loop import DeviceLoop, DeviceLoopRunner, device_loop_options
 from warp_meshad._src.solve.line_search import armijo
 from warp_meshad._src.solve.linear import LinearSolveError, LinearSolver, make_linear_solver
 from warp_meshad._src.solve.vector_ops import check_finite_variables, add_to_diagonal, axpy_into, dot, lincomb_into, norm, scale_into
@@ -162,6 +163,7 @@ class _Driver:
     """Shared state: problem, pins, line search settings, buffers, stopping tests."""
 
     uses_newton_decrement = False
+    _device_loop: DeviceLoopRunner | None = None
 
     def __init__(
         self,
@@ -266,6 +268,10 @@ class _Driver:
         if not tolerance >= 0.0 or not energy_tolerance >= 0.0:
             raise ValueError(f"tolerance, energy_tolerance: expected >= 0, got {tolerance}, {energy_tolerance}")
         gtol = float(tolerance if gradient_tolerance is None else gradient_tolerance)
+        if self._device_loop is not None:
+            result = SolveResult(x=x, linear_solver=self.linear_solver.name,
+                                 cudss_skipped_reason=self.linear_solver.cudss_skipped_reason)
+            return self._device_loop.run(x, max_iterations, tolerance, gtol, energy_tolerance, callback, result)
         t_start = self._now()
         self._alloc("x", "trial", "g", "d")
         xk = self._buf("x")
@@ -450,6 +456,14 @@ class NewtonSolver(_Driver):
         shrink, max_line_search_tries, armijo_c: Armijo settings (TinyAD defaults 0.8, 64, 1e-4).
         hooks: optional :class:`NewtonHooks` (contact pairs refreshed before the derivatives, the line search's trial
             energy, an extra stop test).
+        device_loop: False (default: the host loop), True, or a :class:`~warp_meshad._src.solve.device_loop.DeviceLoop`
+            (``trials``, ``poll``, ``capture``): energy, gradient norm, Newton decrement, Armijo test, step acceptance
+            and stop tests run in small kernels on the problem's device, with at most one small host read per
+            iteration (none with ``poll=False``), CUDA-event phase timers and, with ``capture=True`` on a GPU, the
+            iteration replayed as CUDA graphs (see :mod:`warp_meshad._src.solve.device_loop`). Same iterates as the
+            host loop to round-off. Refused with ``hooks.stop``, ``hooks.line_search_energy`` or ``step_bound_fn``
+            (host code inside the iteration). The default stays the host loop until the device loop is measured on
+            the H200 (benchmarks/solver_loop.py).
     """
 
     uses_newton_decrement = True
@@ -468,6 +482,7 @@ class NewtonSolver(_Driver):
         max_line_search_tries: int = 64,
         armijo_c: float = 1e-4,
         hooks: NewtonHooks | None = None,
+        device_loop: bool | DeviceLoop = False,
     ):
         super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn, hooks)
         _check_projection(projection)
@@ -477,6 +492,8 @@ class NewtonSolver(_Driver):
         self.linear_solver = make_linear_solver(linear_solver, device=problem.device, dtype=_scalar_type(problem),
                                                 **(linear_solver_options or {}))
         self._H = None
+        options = device_loop_options(device_loop, self)
+        self._device_loop = None if options is None else DeviceLoopRunner(self, options)
 
     def _hessian(self, x):
         if self.project_hessian:

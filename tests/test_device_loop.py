@@ -1,0 +1,224 @@
+"""The device loop (``NewtonSolver(device_loop=...)``) against the host loop: same iterates to round-off (energies per
+iteration, gradient norms, decrements, steps, tries, fallbacks, the final x, iteration count and stop reason), with
+Armijo backtracking through +inf trial energies, continued line searches, pins, the iteration cap's gradient-only
+evaluation, steepest-descent fallbacks and a failing linear solve; at most one host read per iteration (counted
+around :func:`~warp_meshad._src.solve.device_loop.read_record`), none with ``poll=False`` but the final one; the
+refusals. The gpu-marked test replays the iteration as CUDA graphs (``capture=True``) against the host loop."""
+
+import os
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+import warp as wp
+
+from warp_meshad._src.problem.problem import Problem
+from warp_meshad._src.solve import device_loop
+from warp_meshad._src.solve.device_loop import DeviceLoop
+from warp_meshad._src.solve.solvers import NewtonHooks, NewtonSolver
+from warp_meshad.kernels import ad
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_solvers import _FailingSolver, quadratic_problem, woody_problem  # noqa: E402
+
+wp.config.log_level = wp.LOG_WARNING
+
+pytestmark = pytest.mark.device
+
+_LISTS = ("energies", "gradient_norms", "newton_decrements", "step_sizes")
+_EXACT = ("iterations", "reason", "converged", "line_search_tries", "linear_iterations", "linear_converged",
+          "steepest_descent_fallbacks", "fallback_reasons", "linear_solves_capped", "linear_solver")
+
+
+def assert_same_solve(host, dev, rtol=1e-12):
+    for name in _EXACT:
+        assert getattr(dev, name) == getattr(host, name), (name, getattr(host, name), getattr(dev, name))
+    for name in _LISTS:
+        np.testing.assert_allclose(getattr(dev, name), getattr(host, name), rtol=rtol, atol=0.0, err_msg=name)
+    np.testing.assert_allclose(dev.x.numpy(), host.x.numpy(), rtol=rtol, atol=1e-12)
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The number of device-loop host reads (calls of read_record)."""
+    count = [0]
+    original = device_loop.read_record
+
+    def counted(arr):
+        count[0] += 1
+        return original(arr)
+
+    monkeypatch.setattr(device_loop, "read_record", counted)
+    return count
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# A barrier problem: Newton overshoots into +inf and backtracks
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@wp.func
+def pseudo_huber_with_wall(e: int, x: Any):
+    """sqrt(1 + (x - 1)^2), +inf left of x = -1: Newton's step from x = 3 is -10 (its curvature is too small)."""
+    y = x - wp.float64(1.0)
+    f = ad.sqrt(wp.float64(1.0) + y * y)
+    return ad.where(ad.value(x) > wp.float64(-1.0), f, wp.float64(wp.inf))
+
+
+def barrier_problem(device):
+    problem = Problem(4, 1, wp.float64, device)
+    problem.add_term(np.arange(4)[:, None], pseudo_huber_with_wall)
+    x0 = wp.array([3.0, 2.9, 3.1, 2.8], dtype=wp.float64, device=device)
+    return problem, x0
+
+
+def trial_energies(problem, monkeypatch):
+    seen = []
+    original = problem.eval
+
+    def recorded(x):
+        seen.append(original(x))
+        return seen[-1]
+
+    monkeypatch.setattr(problem, "eval", recorded)
+    return seen
+
+
+@pytest.mark.parametrize("tolerances", [(1e-10, 0.0), (1e-10, 1e-3), (0.0, 0.0)],
+                         ids=["decrement_or_gradient", "energy_change", "max_iterations"])
+def test_backtracking_through_inf_same_as_host(device, monkeypatch, tolerances):
+    tolerance, energy_tolerance = tolerances
+    problem, x0 = barrier_problem(device)
+    seen = trial_energies(problem, monkeypatch)
+    kwargs = dict(max_iterations=12, tolerance=tolerance, energy_tolerance=energy_tolerance)
+    host = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, **kwargs)
+    assert np.isinf(seen).any() and max(host.line_search_tries) >= 5  # the first step backtracks through +inf
+    evaluations = len(seen)
+    dev = NewtonSolver(problem, linear_solver="scipy", project_hessian=False, device_loop=True).solve(x0, **kwargs)
+    assert_same_solve(host, dev)
+    assert len(seen) == evaluations  # the device loop's trial energies stay on the device
+    assert set(dev.time_ms) >= {"derivatives", "linear_solve", "line_search", "total"}
+
+
+def test_at_most_one_read_per_iteration(device, reads):
+    problem, x0 = barrier_problem(device)
+    result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False, device_loop=True).solve(
+        x0, max_iterations=12, tolerance=1e-10)
+    assert result.line_search_tries[0] >= 5  # a backtracking step, within one slot's 8 trials
+    # one read per evaluated point (the start and each step) and one for the history at the end
+    assert result.iterations >= 3 and reads[0] == result.iterations + 2, (reads[0], result.iterations)
+
+
+def test_line_search_continued_over_slots_same_as_host(device, reads):
+    problem, x0 = barrier_problem(device)
+    kwargs = dict(max_iterations=12, tolerance=1e-10)
+    host = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, **kwargs)
+    dev = NewtonSolver(problem, linear_solver="scipy", project_hessian=False,
+                       device_loop=DeviceLoop(trials=2)).solve(x0, **kwargs)
+    assert_same_solve(host, dev)
+    extra = sum((tries - 1) // 2 for tries in host.line_search_tries)  # slots that only go on with a line search
+    assert extra >= 2 and reads[0] == host.iterations + 2 + extra
+
+
+def test_no_read_before_the_end_with_poll_false(device, reads):
+    problem, x0 = barrier_problem(device)
+    kwargs = dict(max_iterations=6, tolerance=0.0, energy_tolerance=0.0)
+    host = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, **kwargs)
+    dev = NewtonSolver(problem, linear_solver="scipy", project_hessian=False,
+                       device_loop=DeviceLoop(poll=False)).solve(x0, **kwargs)
+    assert_same_solve(host, dev)
+    assert reads[0] == 1
+    # converged before the cap: the slots queued after the stop change nothing
+    host = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, max_iterations=20)
+    dev = NewtonSolver(problem, linear_solver="scipy", project_hessian=False,
+                       device_loop=DeviceLoop(poll=False)).solve(x0, max_iterations=20)
+    assert host.converged and host.iterations < 20
+    assert_same_solve(host, dev)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Parametrization (projected Newton, pins, the cap's gradient-only evaluation), fallbacks
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def woody(request):
+    return woody_problem(os.environ.get("WARP_MESHAD_TEST_DEVICE", "cpu"))
+
+
+@pytest.mark.parametrize("max_iterations", [4, 30])
+def test_projected_newton_on_woody_same_as_host(woody, max_iterations):
+    problem, F, uv, area = woody
+    x0 = wp.array(uv, dtype=wp.vec2d, device=problem.device)
+    kwargs = dict(max_iterations=max_iterations, tolerance=1e-6)
+    solvers = [NewtonSolver(problem, linear_solver="qdldl", fixed=[0, 7], device_loop=loop) for loop in (False, True)]
+    host, dev = (solver.solve(x0, **kwargs) for solver in solvers)
+    assert host.reason == ("max_iterations" if max_iterations == 4 else "newton_decrement")
+    assert_same_solve(host, dev, rtol=1e-10)
+    np.testing.assert_array_equal(dev.x.numpy()[[0, 7]], uv[[0, 7]])
+
+
+def test_fallbacks_same_as_host(device):
+    problem, K, rhs, x0 = quadratic_problem(seed=7, device=device, stiffness=-5.0)  # H negative definite: d ascends
+    kwargs = dict(max_iterations=2)
+    host, dev = (NewtonSolver(problem, linear_solver="scipy", project_hessian=False, device_loop=loop).solve(
+        x0, **kwargs) for loop in (False, True))
+    assert host.fallback_reasons == {"not_descent_direction": 2}
+    assert_same_solve(host, dev)
+    problem, K, rhs, x0 = quadratic_problem(seed=8, device=device)
+    kwargs = dict(max_iterations=3, tolerance=0.0, energy_tolerance=0.0)
+    host, dev = (NewtonSolver(problem, linear_solver=_FailingSolver(), project_hessian=False, device_loop=loop).solve(
+        x0, **kwargs) for loop in (False, True))
+    assert host.fallback_reasons == {"linear_solve_failed": 3}
+    assert_same_solve(host, dev)
+
+
+def test_callback_and_refusals(device):
+    problem, x0 = barrier_problem(device)
+    calls = {False: [], True: []}
+    for loop in (False, True):
+        result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False, device_loop=loop).solve(
+            x0, callback=lambda i, x, f, loop=loop: calls[loop].append((i, f, x.numpy().copy())) or i == 2)
+        assert result.reason == "callback" and result.iterations == 2
+    for (i, f, x), (j, g, y) in zip(calls[False], calls[True], strict=True):
+        assert i == j
+        np.testing.assert_allclose(g, f, rtol=1e-12)
+        np.testing.assert_allclose(y, x, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"device_loop: expected no host-side steps .*got hooks.stop, step_bound_fn"):
+        NewtonSolver(problem, linear_solver="scipy", device_loop=True, hooks=NewtonHooks(stop=lambda x, d: None),
+                     step_bound_fn=lambda x, d: 1.0)
+    if problem.device.is_cuda:
+        with pytest.raises(ValueError, match="expected no host-side steps .*got hooks.before_derivatives"):
+            NewtonSolver(problem, linear_solver="scipy", device_loop=DeviceLoop(capture=True),
+                         hooks=NewtonHooks(before_derivatives=lambda x: None))
+    else:
+        with pytest.raises(ValueError, match=r"capture=True\): expected a problem on a CUDA device, got cpu"):
+            NewtonSolver(problem, linear_solver="scipy", device_loop=DeviceLoop(capture=True))
+    with pytest.raises(ValueError, match=r"DeviceLoop\(trials=...\): expected an int >= 1, got 0"):
+        DeviceLoop(trials=0)
+    with pytest.raises(TypeError, match="device_loop: expected a bool or a DeviceLoop, got str"):
+        NewtonSolver(problem, linear_solver="scipy", device_loop="yes")
+    with pytest.raises(ValueError, match=r"callback: expected None with DeviceLoop\(poll=False\)"):
+        NewtonSolver(problem, linear_solver="scipy", device_loop=DeviceLoop(poll=False)).solve(
+            x0, callback=lambda i, x, f: None)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# GPU: the iteration replayed as CUDA graphs
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("linear_solver", ["cudss", "cg"])
+def test_captured_iteration_same_as_host_on_cuda(linear_solver):
+    problem, F, uv, area = woody_problem("cuda:0")
+    x0 = wp.array(uv, dtype=wp.vec2d, device="cuda:0")
+    kwargs = dict(max_iterations=30, tolerance=1e-6)
+    host = NewtonSolver(problem, linear_solver=linear_solver).solve(x0, **kwargs)
+    for loop in (True, DeviceLoop(capture=True), DeviceLoop(capture=True, poll=False)):
+        dev = NewtonSolver(problem, linear_solver=linear_solver, device_loop=loop).solve(x0, **kwargs)
+        # GPU atomics sum in a varying order: the same iterates to round-off, not bit for bit
+        assert dev.reason == host.reason and abs(dev.iterations - host.iterations) <= 1
+        np.testing.assert_allclose(dev.energies[-1], host.energies[-1], rtol=1e-9)
+        np.testing.assert_allclose(dev.x.numpy(), host.x.numpy(), rtol=1e-6, atol=1e-8)

@@ -1,0 +1,293 @@
+"""Newton's loop with its decisions on the device: ``NewtonSolver(..., device_loop=True)``.
+
+The host loop (:meth:`warp_meshad._src.solve.solvers._Driver.solve`) reads the energy, the gradient norm, ``g . d``
+and every Armijo trial energy back to the host and synchronizes around each phase timer. This loop queues the same
+work and takes the same decisions in small kernels (:mod:`~warp_meshad._src.solve.device_loop_kernels`) that read
+and write one float64 ``state`` array and a per-iteration ``history`` table, both views of one ``record`` array:
+
+- a *slot* is what the host queues per iteration: the right-hand side ``-g`` and the pins, the linear solve
+  (:meth:`~warp_meshad._src.solve.linear.LinearSolver.solve_deferred`: cuDSS/CuPy queue their residual check as a
+  device reduction), the descent test with its ``-g`` fallback and the Newton decrement, ``trials`` Armijo trials of
+  the host loop's step sequence ``1, shrink, shrink^2, ...`` (each: trial point, energy with
+  :meth:`~warp_meshad.Problem.assemble_energy`, test; a trial after the accepted one does nothing), the step, the
+  energy-change test, then the derivatives at the new point with the gradient-norm and iteration-cap tests;
+- with ``poll=True`` the host reads ``state`` once per slot (:func:`read_record`, one copy of 14 numbers) to learn
+  whether to stop; with ``poll=False`` it queues ``max_iterations`` slots with no read (kernels after a stop do
+  nothing) and reads once at the end. Either way the history is read once at the end and becomes the
+  :class:`~warp_meshad._src.solve.solvers.SolveResult`;
+- a line search that needs more than ``trials`` trials goes on in the next slot (one more read with ``poll=True``;
+  with ``poll=False`` that slot counts against ``max_iterations``, so fewer steps may be taken);
+- phase timers record CUDA events (:class:`~warp_meshad._src.solve.phase_timer.PhaseTimer`), read at the end;
+- ``capture=True`` (CUDA only) replays the slot as CUDA graphs (``wp.ScopedCapture`` / ``wp.capture_launch``): the
+  part before the linear solve and the part after it; the linear solve runs between them, outside the graphs
+  (nvmath's DirectSolver calls are not known to be capturable). The first slot runs uncaptured (kernel loading,
+  cuDSS analysis), and so does the last one of ``max_iterations`` (gradient only, as the host loop). Capture is
+  refused with a ``before_derivatives`` hook (host code).
+
+The iterates are the host loop's to round-off (the same kernels, the same float64 decisions); tested in
+tests/test_device_loop.py. The hooks that need the host between device steps (``NewtonHooks.stop``,
+``NewtonHooks.line_search_energy``, ``step_bound_fn``) are refused; ``before_derivatives`` runs before each
+derivative launch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import warp as wp
+
+from warp_meshad._src.solve import device_loop_kernels as k
+from warp_meshad._src.solve.constraints import apply_dirichlet, zero_fixed_rows
+from warp_meshad._src.solve.linear import LinearSolveError
+from warp_meshad._src.solve.phase_timer import PhaseTimer
+from warp_meshad._src.solve.vector_ops import scale_into
+
+__all__ = ["DeviceLoop", "read_record"]
+
+_WIDTH = max(k.STATE_SIZE, k.HISTORY_SIZE)
+
+
+@dataclass(frozen=True)
+class DeviceLoop:
+    """Options of the device-side Newton loop (``NewtonSolver(device_loop=DeviceLoop(...))``; ``True`` means the
+    defaults).
+
+    Attributes:
+        trials: Armijo trials queued per slot (>= 1): each costs one energy evaluation whether or not an earlier one
+            was accepted; a line search needing more continues in the next slot.
+        poll: read the stop flag once per slot (True), or queue ``max_iterations`` slots with no read (False: the
+            caller asks for a fixed iteration count; the work queued after a stop is wasted but changes nothing).
+        capture: replay the slots as CUDA graphs (CUDA devices only).
+    """
+
+    trials: int = 8
+    poll: bool = True
+    capture: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.trials, int) or self.trials < 1:
+            raise ValueError(f"DeviceLoop(trials=...): expected an int >= 1, got {self.trials!r}")
+
+
+def read_record(arr: wp.array) -> np.ndarray:
+    """The device loop's one host read: a copy of ``arr`` (waits for the work queued before it)."""
+    return np.array(arr.numpy(), copy=True)
+
+
+def device_loop_options(device_loop, solver) -> DeviceLoop | None:
+    """Check ``NewtonSolver(device_loop=...)`` against the solver's settings; the options, or None for the host loop."""
+    if device_loop is False or device_loop is None:
+        return None
+    options = DeviceLoop() if device_loop is True else device_loop
+    if not isinstance(options, DeviceLoop):
+        raise TypeError(f"device_loop: expected a bool or a DeviceLoop, got {type(device_loop).__name__}")
+    hooks = solver.hooks
+    host_only = [name for name, value in (("hooks.stop", hooks.stop), ("hooks.line_search_energy",
+                                          hooks.line_search_energy), ("step_bound_fn", solver.step_bound_fn))
+                 if value is not None]  # fmt: skip
+    if options.capture:
+        if not solver.problem.device.is_cuda:
+            raise ValueError(f"DeviceLoop(capture=True): expected a problem on a CUDA device, got {solver.problem.device}")
+        if hooks.before_derivatives is not None:
+            host_only.append("hooks.before_derivatives")
+    if host_only:
+        raise ValueError(
+            f"device_loop: expected no host-side steps inside the iteration, got {', '.join(host_only)} (they run "
+            "on the host between device steps); use the host loop (device_loop=False)"
+        )
+    return options
+
+
+class DeviceLoopRunner:
+    """Buffers, kernels and graphs of one solver's device loop (made by ``NewtonSolver``)."""
+
+    def __init__(self, solver, options: DeviceLoop):
+        self.solver = solver
+        self.options = options
+        p = solver.problem
+        self.device = p.device
+        scalar = getattr(p.variable_type, "_wp_scalar_type_", p.variable_type)
+        self.scalar = scalar
+
+        def vec():
+            return wp.zeros(p.variable_count, dtype=p.variable_type, device=self.device)
+
+        self.x, self.g, self.d, self.solved, self.rhs, self.trial = vec(), vec(), vec(), vec(), vec(), vec()
+        self.gg, self.gd, self.residual_sq, self.alpha = (wp.zeros(1, dtype=scalar, device=self.device)
+                                                           for _ in range(4))  # fmt: skip
+        self.solve_failed = wp.zeros(1, dtype=wp.int32, device=self.device)
+        self.record = None
+        self.timer = PhaseTimer(self.device)
+        self.H = None
+        self._graphs: dict = {}
+
+    # -- buffers ----------------------------------------------------------------------------------------------------
+
+    def _records(self, rows: int) -> None:
+        if self.record is None or self.history.shape[0] < rows:
+            self.record = wp.zeros((rows + 1) * _WIDTH, dtype=wp.float64, device=self.device)
+            self.state = self.record[: k.STATE_SIZE]
+            self.history = self.record[_WIDTH:].reshape((rows, _WIDTH))
+            self._graphs.clear()
+        else:
+            self.record.zero_()
+
+    # -- launches ---------------------------------------------------------------------------------------------------
+
+    def _derivatives(self, hessian: bool, s) -> None:
+        solver, p = self.solver, self.solver.problem
+        if solver.hooks.before_derivatives is not None:
+            solver.hooks.before_derivatives(self.x)
+        if hessian:
+            projection = solver.projection if solver.project_hessian else None
+            energy, g, self.H = p.assemble_hessian(self.x, projection=projection, eps=solver.projection_eps)
+        else:
+            energy, g = p.assemble_gradient(self.x)
+        wp.copy(self.g, g)
+        if solver.fixed_mask is not None:
+            zero_fixed_rows(self.g, solver.fixed_mask)
+        wp.utils.array_inner(self.g, self.g, out=self.gg)
+        wp.launch(k.check_point, dim=1, device=self.device,
+                  inputs=[energy, self.gg, int(hessian), s["gtol"], s["max_iterations"], self.state, self.history])
+
+    def _before_solve(self) -> None:
+        scale_into(self.rhs, -1.0, self.g)
+        if self.solver.fixed_mask is not None:
+            apply_dirichlet(self.H, self.rhs, self.solver.fixed_mask)
+        self.solved.zero_()
+        self.solve_failed.zero_()
+
+    def _linear_solve(self, infos: list) -> None:
+        try:
+            infos.append(self.solver.linear_solver.solve_deferred(self.H, self.rhs, self.solved, self.residual_sq))
+        except LinearSolveError:
+            infos.append(None)
+            self.solve_failed.fill_(1)
+
+    def _line_search(self, s) -> None:
+        solver, dev, p = self.solver, self.device, self.solver.problem
+        backend = solver.linear_solver
+        wp.utils.array_inner(self.g, self.solved, out=self.gd)
+        wp.launch(k.check_direction, dim=1, device=dev,
+                  inputs=[self.gd, self.residual_sq, self.solve_failed, int(backend.defers_checks and
+                          backend.compute_residual), s["tolerance"], wp.float64(solver._max_step()), self.state, self.history])
+        wp.launch(k.use_direction, dim=p.variable_count, device=dev,
+                  inputs=[self.solved, self.g, self.scalar(-1.0), self.state, self.d])
+        tries = solver.max_line_search_tries
+        for _ in range(self.options.trials):
+            wp.launch(k.trial_step, dim=1, device=dev, inputs=[tries, self.state, self.alpha])
+            wp.launch(k.trial_point, dim=p.variable_count, device=dev,
+                      inputs=[self.x, self.d, self.alpha, tries, self.state, self.trial])
+            energy = p.assemble_energy(self.trial)
+            wp.launch(k.armijo_test, dim=1, device=dev,
+                      inputs=[energy, wp.float64(solver.armijo_c), wp.float64(solver.shrink), tries, self.state])
+        wp.launch(k.take_step, dim=p.variable_count, device=dev, inputs=[self.d, self.alpha, self.state, self.x])
+        wp.launch(k.finish_line_search, dim=1, device=dev,
+                  inputs=[s["energy_tolerance"], tries, self.state, self.history])
+
+    def _slot(self, infos: list, hessian_next: bool, s) -> None:
+        """Queue one slot, uncaptured, with a phase lap after each part."""
+        self._before_solve()
+        self._linear_solve(infos)
+        self.timer.lap("linear_solve")
+        self._line_search(s)
+        self.timer.lap("line_search")
+        self._derivatives(hessian_next, s)
+        self.timer.lap("derivatives")
+
+    def _captured_slot(self, infos: list, s) -> None:
+        key = (tuple((name, float(v)) for name, v in sorted(s.items())), id(self.record), id(self.H))
+        if key not in self._graphs:
+            self._graphs.clear()
+            with wp.ScopedCapture(self.device, force_module_load=False) as before:
+                self._before_solve()
+            with wp.ScopedCapture(self.device, force_module_load=False) as after:
+                self._line_search(s)
+                self._derivatives(True, s)
+            self._graphs[key] = (before.graph, after.graph)
+        before, after = self._graphs[key]
+        wp.capture_launch(before)
+        self._linear_solve(infos)
+        self.timer.lap("linear_solve")
+        wp.capture_launch(after)
+        self.timer.lap("graph")
+
+    # -- the loop ---------------------------------------------------------------------------------------------------
+
+    def run(self, x, max_iterations: int, tolerance: float, gtol: float, energy_tolerance: float, callback, result):
+        """Minimize from ``x`` (checked by the caller); fills and returns ``result`` (a fresh SolveResult)."""
+        if callback is not None and not self.options.poll:
+            raise ValueError("callback: expected None with DeviceLoop(poll=False) (no host read per iteration)")
+        t_start = time.perf_counter()
+        max_iterations = int(max_iterations)
+        f64 = wp.float64
+        s = {"gtol": f64(gtol), "max_iterations": max_iterations, "tolerance": f64(tolerance),
+             "energy_tolerance": f64(energy_tolerance)}  # fmt: skip
+        self._records(max_iterations + 1)
+        wp.copy(self.x, x)
+        self.timer.reset()
+        infos: list = []
+        self._derivatives(True, s)
+        self.timer.lap("derivatives")
+        iterations_seen, stopped_by_callback = 0, False
+        tries_rounds = math.ceil(self.solver.max_line_search_tries / self.options.trials)
+        slots = max_iterations if not self.options.poll else max_iterations * tries_rounds
+        for slot in range(slots + 1):
+            if self.options.poll:
+                state = read_record(self.state)
+                iterations = int(state[k.ITERATIONS])
+                if callback is not None and iterations > iterations_seen and state[k.PHASE] == 0.0:
+                    iterations_seen = iterations
+                    if callback(iterations, self.x, float(state[k.F])):
+                        stopped_by_callback = True
+                        break
+                if state[k.STATUS] != 0.0:
+                    break
+                after = int(state[k.IT]) + 1  # the point this slot's step leads to
+            else:
+                after = slot + 1
+            if slot == slots:
+                break
+            hessian_next = after != max_iterations  # the host loop's gradient-only evaluation at the cap
+            if self.options.capture and infos and hessian_next:
+                self._captured_slot(infos, s)
+            else:
+                self._slot(infos, hessian_next, s)
+        record = read_record(self.record)
+        self._fill(result, record, infos, stopped_by_callback)
+        result.x = wp.clone(self.x)
+        result.time_ms.update(self.timer.totals_ms())
+        result.time_ms["total"] = (time.perf_counter() - t_start) * 1000.0
+        return result
+
+    def _fill(self, result, record: np.ndarray, infos: list, stopped_by_callback: bool) -> None:
+        state = record[: k.STATE_SIZE]
+        history = record[_WIDTH:].reshape(-1, _WIDTH)
+        last = int(state[k.IT])
+        result.energies = [float(v) for v in history[: last + 1, k.H_ENERGY]]
+        for row in history[: last + 1]:
+            if row[k.H_HAS_GNORM]:
+                result.gradient_norms.append(float(row[k.H_GNORM]))
+            if row[k.H_HAS_DIRECTION]:
+                fallback = int(row[k.H_FALLBACK])
+                info = infos[int(row[k.H_SLOT]) - 1]
+                if fallback == 2:
+                    result._linear_solve(0, False, failed=True)
+                else:
+                    result._linear_solve(info.iterations, info.converged)
+                if fallback:
+                    result._fall_back(k.FALLBACKS[fallback])
+                result.newton_decrements.append(float(row[k.H_DECREMENT]))
+            if row[k.H_HAS_STEP]:
+                result.step_sizes.append(float(row[k.H_ALPHA]))
+                result.line_search_tries.append(int(row[k.H_TRIES]))
+        result.iterations = int(state[k.ITERATIONS])
+        status = int(state[k.STATUS])
+        if stopped_by_callback:
+            result.reason = "callback"
+        else:
+            result.reason = k.REASONS.get(status, "max_iterations")  # poll=False: slots ran out before a stop
+        result.converged = result.reason in k.CONVERGED
