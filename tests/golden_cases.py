@@ -27,6 +27,12 @@ SHAPES = {
     "v2d1f32res1": (2, 1, "float32", False, 1, 0),
     "v2d3f64par2": (2, 3, "float64", True, 0, 2),
 }
+# deformation-gradient terms (add_deformation_term): (valence, dim, dtype, has_data); F 3x3, 3x2 (columns), 2x2
+DEFORMATION = {
+    "F_v4d3f64data": (4, 3, "float64", True),
+    "F_v3d3f64": (3, 3, "float64", False),
+    "F_v3d2f32data": (3, 2, "float32", True),
+}
 SCALAR_MODES = ("probe", "energy", "gradient", "hessian", "hessian_proj", "hvp")
 RESIDUAL_MODES = ("probe", "energy", "residual", "jacobian", "gauss_newton", "gradient", "hessian")
 TILED_MODES = ("hessian", "hessian_proj")
@@ -42,7 +48,7 @@ DUAL_ALL = [("plain", 0, "float64")] + [
 def kernel_cases():
     """(case name, shape name, mode, variant dict) for every kernel mode x variant."""
     cases = []
-    for sname, shape in SHAPES.items():
+    for sname, shape in [*SHAPES.items(), *((n, (*s, 0, 0)) for n, s in DEFORMATION.items())]:
         res, params = shape[4] > 0, shape[5] > 0
         modes = RESIDUAL_MODES if res else SCALAR_MODES + (("mixed",) if params else ())
         for mode in modes:
@@ -64,8 +70,13 @@ def kernel_cases():
 def render_kernel(sname: str, mode: str, variant: dict) -> str:
     import warp as wp
 
+    from warp_meshad._src.codegen.contract import deformation_shape
     from warp_meshad._src.codegen.kernel_source import KernelSpec, kernel_source
 
+    if sname in DEFORMATION:
+        valence, dim, dtype, has_data = DEFORMATION[sname]
+        spec = KernelSpec(valence, dim, getattr(wp, dtype), has_data, deformation=deformation_shape(valence, dim))
+        return kernel_source(spec, mode, "kernel", **variant)
     valence, dim, dtype, has_data, rdim, pcount = SHAPES[sname]
     spec = KernelSpec(valence, dim, getattr(wp, dtype), has_data, rdim, pcount)
     return kernel_source(spec, mode, "kernel", **variant)
