@@ -41,7 +41,7 @@ class PhaseTimer:
             self._events.append(wp.Event(self.device, enable_timing=True))
         event = self._events[self._used]
         self._used += 1
-        wp.record_event(event, wp.get_stream(self.device))
+        wp.get_stream(self.device).record_event(event)
         return event
 
     def lap(self, phase: str) -> None:
