@@ -6,10 +6,17 @@ the tile variant of the tiled Hessian assembly (:class:`TileVariant`). Kernels a
 (``term.kernels``) and across problems (a process-wide table keyed by the energy object), so a second problem over
 the same energy reuses the compiled module. Module names digest the energy's source, so Warp's on-disk kernel cache
 is reused across processes.
+
+The first call in a process skips what the kernel cache already holds: each term module gets a key from
+warp_meshad's own inputs (:mod:`~.module_keys`); where a record of Warp's hashes exists for it and the binary is in
+the cache, the kernel is made from its text alone (no energy rewrite, no dual library import, no Warp hashing: the
+recorded hash is given to Warp, which then loads the binary as usual). Otherwise the kernel is built in full, Warp
+hashes it, and the record is kept for the next process.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import inspect
 from dataclasses import dataclass
@@ -18,18 +25,42 @@ import warp as wp
 
 from warp_meshad.kernels import _dualgen
 
+from warp_meshad._src.codegen import module_keys
 from warp_meshad._src.codegen.contract import KernelVariant, capabilities, mode_of
 from warp_meshad._src.codegen.energy_errors import raise_energy_error
 from warp_meshad._src.codegen.energy_rewrite import instantiate
 from warp_meshad._src.codegen.kernel_source import deformation_types, make_kernel
 from warp_meshad._src.codegen.module_loads import describe_module
-from warp_meshad._src.codegen.warp_compat import function_return_types, generate_module_code
+from warp_meshad._src.codegen.warp_compat import (
+    function_return_types,
+    generate_module_code,
+    module_hash_record,
+    seed_module_hash,
+    type_code,
+)
 from warp_meshad._src.problem.variables import dtype_name
 
-__all__ = ["KernelFacts", "TileVariant", "probe_return_type", "term_kernel", "unrolled_default"]
+__all__ = ["KernelFacts", "TileVariant", "flush_records", "probe_return_type", "term_kernel", "unrolled_default"]
 
 _KERNELS: dict = {}  # (energy id, mode, variant, shape, data type) -> (wp.Kernel, energy), shared by all problems
 _MODULE_OWNERS: dict = {}  # Warp module name -> id of the energy it was made for
+_PENDING: list = []  # (key, module, record) of modules built in full, whose Warp hashes are not recorded yet
+
+
+def flush_records() -> None:
+    """Record Warp's hashes of the term modules built in full that Warp has loaded since (see :mod:`.module_keys`);
+    called before each kernel look-up and at exit."""
+    for item in list(_PENDING):
+        key, module, record = item
+        if not module.execs:
+            continue
+        warp_record = module_hash_record(module)
+        if warp_record is not None:
+            module_keys.store(key, {"warp": warp_record, **record})
+        _PENDING.remove(item)
+
+
+atexit.register(flush_records)
 
 
 def unrolled_default(k: int, cuda: bool) -> bool:
@@ -137,6 +168,7 @@ def term_kernel(term, mode: str, facts: KernelFacts, tile: TileVariant | None = 
         facts: the problem's :class:`KernelFacts`.
         tile: the tiled variant of a Hessian mode, or None for a thread per element with atomics.
     """
+    flush_records()
     local = (mode, facts, tile)
     kern = term.kernels.get(local)
     if kern is not None:
@@ -152,8 +184,13 @@ def term_kernel(term, mode: str, facts: KernelFacts, tile: TileVariant | None = 
         module = _module(term, mode + variant.suffix)
         what = [f"term '{term.label}': {mode}", *variant.describe(), facts.dtype.__name__]
         describe_module(module.name, ", ".join(what))
-        fn, ns = _instance(term, mode, module, facts)
-        kern = make_kernel(term.spec, variant, fn, ns, term.data_type, term.label)
+        key = _module_key(term, mode, module, facts, variant)
+        kern = _cached_kernel(term, variant, module, key)
+        if kern is None:
+            fn, ns = _instance(term, mode, module, facts)
+            kern = make_kernel(term.spec, variant, fn, ns, term.data_type, term.label)
+            if key is not None:  # recorded once Warp has hashed and loaded it (its first launch)
+                _PENDING.append((key, module, {"kernel": kern.key, "energy": fn.key}))
         hit = (kern, term.energy)
         _KERNELS[key] = hit  # holding the energy keeps its id from being reused
     term.kernels[local] = hit[0]
@@ -176,6 +213,14 @@ def probe_return_type(term, facts: KernelFacts, what: str, argname: str):
     if hit is not None:
         return hit[0]
     module = _module(term, "probe")
+    key = _module_key(term, "probe", module, facts)
+    rec = module_keys.lookup(key)
+    known = {type_code(t): t for t in (facts.dtype, wp.float32, wp.float64)}
+    if rec is not None and rec.get("return_type") in known:
+        rtype = known[rec["return_type"]]
+        _KERNELS[(id(term.energy), "probe", term.spec.signature(), term.data_type.key if term.data_type else "")] = (
+            rtype, term.energy)  # fmt: skip
+        return rtype
     try:
         fn, _ = _instance(term, "probe", module, facts)
         make_kernel(term.spec, KernelVariant("probe"), fn, None, term.data_type, term.info.name)
@@ -191,5 +236,53 @@ def probe_return_type(term, facts: KernelFacts, what: str, argname: str):
     if len(ret) != 1:
         raise ValueError(f"{what}({argname}={term.info.name}) returns {len(ret)} values; it must return one")
     rtype = ret[0]
-    _KERNELS[key] = (rtype, term.energy)
+    if rtype in known.values():
+        module_keys.store(key, {"return_type": type_code(rtype)})
+    _KERNELS[(id(term.energy), "probe", term.spec.signature(), term.data_type.key if term.data_type else "")] = (
+        rtype, term.energy)  # fmt: skip
     return rtype
+
+
+class _RecordedEnergy:
+    """Stands for the instantiated energy in a kernel made from a record: its name (the kernel calls it) and module.
+    Warp never resolves it: the module's hash is given, and its binary is in the cache."""
+
+    def __init__(self, key: str, module):
+        self.key = key
+        self.module = module
+
+
+def _module_key(term, mode: str, module, facts: KernelFacts, variant: KernelVariant | None = None) -> str | None:
+    """The :func:`~.module_keys.term_key` of a term module (None: the energy reads something without a stable
+    description, and the term takes Warp's normal path)."""
+    params = sorted((f.name, f.dual_offset, f.per_element) for f in term.params) if mode == "mixed" else None
+    var_t = facts.variable_type
+    parts = (
+        module_keys.energy_digest(term.energy),
+        module_keys.type_digest(term.data_type),
+        repr(term.spec.signature()),
+        term.label,
+        mode,
+        repr(variant),
+        f"{facts.dtype.__name__}|{type_code(var_t)}|{facts.variable_dim}|{facts.deterministic}|"
+        f"{facts.unrolled(term.spec.k)}|{facts.cuda}",
+        repr(params),
+    )
+    return module_keys.term_key(module, parts)
+
+
+def _cached_kernel(term, variant: KernelVariant, module, key: str | None):
+    """The kernel of a term module made from its record (see the module docstring), or None on a miss: no record,
+    no device to check, the binary not in the cache, or the kernel's name not the recorded one."""
+    rec = module_keys.lookup(key)
+    device = getattr(term.elements, "device", None)
+    if rec is None or device is None or "warp" not in rec:
+        return None
+    if not seed_module_hash(module, rec["warp"], device):
+        return None
+    kern = make_kernel(term.spec, variant, _RecordedEnergy(rec["energy"], module), None, term.data_type, term.label)
+    if kern.key != rec["kernel"] or not seed_module_hash(module, rec["warp"], device, [kern]):
+        raise RuntimeError(  # the record was written for this key from the same generators: a bug, not a miss
+            f"kernel cache record {key} does not match module {module.name} (kernel {kern.key}); delete the "
+            f"folder warp_meshad_keys in Warp's kernel cache ({wp.config.kernel_cache_dir})")
+    return kern

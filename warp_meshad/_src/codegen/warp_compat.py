@@ -17,15 +17,21 @@ import warp as wp
 __all__ = [
     "binary_hash",
     "codegen_error_frames",
+    "constant_text",
     "function_return_types",
     "generate_module_code",
     "install_module_hooks",
     "is_struct_instance",
+    "is_struct_type",
     "loaded_binary",
     "matrix_pattern_version",
+    "module_hash_record",
+    "module_options_text",
     "register_function",
+    "seed_module_hash",
     "set_matrix_pattern_version",
     "struct_type",
+    "type_code",
 ]
 
 
@@ -185,3 +191,149 @@ def set_matrix_pattern_version(A, version: int) -> None:
 def matrix_pattern_version(A) -> int | None:
     """The number set by :func:`set_matrix_pattern_version` (None where never set)."""
     return getattr(A, "pattern_version", None)
+
+
+def module_hash_record(module) -> dict | None:
+    """Warp's content hashes of a module that Warp hashed (loaded) in this process, one per block size it was hashed
+    for, in the form :func:`seed_module_hash` takes back; None where there are none or the module does not fit that
+    path (generic kernels, ``wp.static`` expressions, a deterministic mode, several live kernels of one key).
+
+    Warp 1.19: ``Module.load(device, block_dim)`` fills ``Module.hashers[block_dim]`` (a ``ModuleHasher``: ``hash``,
+    ``kernel_hashes`` {kernel: digest}) and ``Module.resolved_options[block_dim]``; CPU launches load with
+    ``block_dim=1``, CUDA launches with the module's or the launch's block size. Hashing a kernel also sets
+    ``kernel.grid_stride`` and, through ``Adjoint.get_references``, ``adj.kernel_dim`` and
+    ``adj.tid_extent_limit_candidate``, which launches read.
+    """
+    live = list(module._get_live_kernels())
+    if not live or any(k.is_generic for k in live) or len({k.key for k in live}) != len(live):
+        return None
+    if module.has_unresolved_static_expressions or not module.hashers:
+        return None
+    out = {}
+    for block_dim, hasher in module.hashers.items():
+        options = module.resolved_options.get(block_dim)
+        if options is None or options.get("deterministic") or set(hasher.kernel_hashes.keys()) != set(live):
+            return None
+        kernels = {}
+        for k in live:
+            kernels[k.key] = {"hash": hasher.kernel_hashes[k].hex(), "grid_stride": bool(k.grid_stride),
+                              "kernel_dim": int(k.adj.kernel_dim),
+                              "tid_extent_limit_candidate": int(k.adj.tid_extent_limit_candidate)}  # fmt: skip
+        out[str(block_dim)] = {"module_hash": hasher.get_hash().hex(), "kernels": kernels}
+    return {"block_dims": out}
+
+
+def module_options_text(module) -> str:
+    """Warp's resolved options of a module (what its hash folds in), as stable text.
+
+    Warp 1.19: ``Module.resolve_options(warp.config)`` returns the options ``ModuleHasher`` hashes.
+    """
+    options = module.resolve_options(wp.config)
+    return ";".join(f"{k}:{options[k]}" for k in sorted(options))
+
+
+def seed_module_hash(module, record: dict, device, kernels=()) -> bool:
+    """Give a module its Warp hashes without Warp hashing it (no adjoint is resolved), from a
+    :func:`module_hash_record` of the same content; Warp's ``Module.load`` then names, finds and loads the cached
+    binary as usual.
+
+    Called first with no kernels: tells whether the module is fresh and ``device``'s binary and metadata exist in
+    the kernel cache for every recorded block size (the module is left as it was). Called again with the module's
+    kernels (created meanwhile, keys as recorded) to set the hashes.
+
+    The caller guarantees the record belongs to this exact content (its key covers every input of Warp's hash):
+    a wrong record loads a wrong binary. A launch with a block size not recorded, or a later change to the module
+    (``mark_modified``), makes Warp hash the module's real content.
+
+    Warp 1.19: ``Module.get_module_hash(block_dim)`` returns ``hashers[block_dim].get_hash()`` when present and
+    ``has_unresolved_static_expressions`` is False; ``Module.load`` then calls ``_compile``, which returns at once
+    when ``<kernel_cache_dir>/<identifier>/<output name>`` exists, reads the ``.meta`` file and builds a
+    ``ModuleExec`` whose symbol names come from ``hasher.kernel_hashes``; launches read ``kernel.grid_stride``,
+    ``adj.kernel_dim`` and ``adj.tid_extent_limit_candidate`` (set while hashing, restored here).
+    """
+    import os
+    import weakref
+
+    ctx = wp._src.context
+    entries = {int(bd): e for bd, e in record.get("block_dims", {}).items()}
+    if not entries or module.has_unresolved_static_expressions:
+        return False
+    if not kernels and (module.hashers or module.execs):
+        return False
+    hashers = {}
+    for block_dim, entry in entries.items():
+        options = module.resolve_options(wp.config, block_dim=block_dim)
+        if options.get("deterministic"):
+            return False
+        hasher = ctx.ModuleHasher.__new__(ctx.ModuleHasher)
+        hasher.kernel_hashes = weakref.WeakKeyDictionary()
+        hasher.function_hashes = {}
+        hasher.functions_in_progress = set()
+        hasher.unique_kernels = {}
+        hasher.hash = bytes.fromhex(entry["module_hash"])
+        hashers[block_dim] = (hasher, options)
+    if not kernels:  # registering a kernel clears the hashes (Module.register_kernel calls mark_modified)
+        dev = wp.get_device(device)
+        found = True
+        for block_dim, (hasher, options) in hashers.items():
+            module.hashers[block_dim] = hasher
+            module.resolved_options[block_dim] = options
+            try:
+                folder = os.path.join(wp.config.kernel_cache_dir, module.get_module_identifier(block_dim))
+                binary = os.path.join(folder, module._get_compile_output_name(dev, block_dim=block_dim))
+                meta = os.path.join(folder, module._get_meta_name(block_dim))
+                found = found and os.path.isfile(binary) and os.path.isfile(meta)
+            except Exception:
+                found = False
+        module.mark_modified()
+        return found
+    live = list(module._get_live_kernels())
+    for block_dim, (hasher, options) in hashers.items():
+        wanted = entries[block_dim]["kernels"]
+        if sorted(k.key for k in live) != sorted(wanted) or len(live) != len(kernels):
+            module.mark_modified()
+            return False
+        for k in live:
+            r = wanted[k.key]
+            digest = bytes.fromhex(r["hash"])
+            k.hash = digest
+            k.grid_stride = r["grid_stride"]
+            k.adj.kernel_dim = r["kernel_dim"]
+            k.adj.tid_extent_limit_candidate = r["tid_extent_limit_candidate"]
+            hasher.kernel_hashes[k] = digest
+            hasher.unique_kernels[digest] = k
+        module.hashers[block_dim] = hasher
+        module.resolved_options[block_dim] = options
+    return True
+
+
+def type_code(t) -> str:
+    """Warp's type code of a type (what its module hash folds in for an argument type).
+
+    Warp 1.19: ``warp._src.types.get_type_code``.
+    """
+    return wp._src.types.get_type_code(t)
+
+
+def is_struct_type(t) -> bool:
+    """Whether ``t`` is a ``@wp.struct`` type (its ``hash`` attribute: Warp's digest of its fields).
+
+    Warp 1.19: struct types are ``warp._src.codegen.Struct`` instances (not exported).
+    """
+    return isinstance(t, wp._src.codegen.Struct)
+
+
+def constant_text(value) -> str | None:
+    """A Warp value (scalar, vector, matrix, struct instance) as the text of its type and bytes, or None for anything
+    else: what Warp's module hash folds in for a constant a function reads.
+
+    Warp 1.19: ``warp._src.types.is_value`` tells Warp values; ``ModuleHasher.get_constant_bytes`` (not using its
+    instance) gives their bytes.
+    """
+    if isinstance(value, (bool, int, float)) or not wp._src.types.is_value(value):
+        return None
+    try:
+        data = wp._src.context.ModuleHasher.get_constant_bytes(None, value)
+    except TypeError:
+        return None
+    return f"{type(value).__module__}.{type(value).__qualname__}:{data.hex()}"
