@@ -179,8 +179,12 @@ def test_stopping_rules_non_finite_and_caps(device):
     problem, K, rhs, x0 = quadratic_problem(seed=4, device=device)
     bad = x0.numpy().copy()
     bad[2, 1] = np.nan
+    with pytest.raises(ValueError, match=r"NewtonSolver.solve\(x=...\): expected finite values, got NaN or inf at 1 "
+                                         r"variable, first x\[2\]"):
+        NewtonSolver(problem, linear_solver="scipy").solve(wp.array(bad, dtype=wp.vec3d, device=device))
+    # asked not to check, the solve starts and stops on its first non-finite evaluation
     result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(
-        wp.array(bad, dtype=wp.vec3d, device=device))
+        wp.array(bad, dtype=wp.vec3d, device=device), check_finite=False)
     assert not result.converged and result.reason in ("non_finite_energy", "non_finite_gradient")
     assert result.iterations == 0
     result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, max_iterations=0)

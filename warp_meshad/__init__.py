@@ -18,6 +18,7 @@ from ._src.solve.linear import LinearSolveError, LinearSolveInfo, LinearSolver, 
 from ._src.mesh.locality import locality_order
 from ._src.solve.implicit import implicit_gradient
 from ._src.problem.problem import Problem
+from ._src.solve.device_loop import DeviceLoop
 from ._src.problem.tiled import TileConfig
 from ._src.solve.solvers import (
     GaussNewtonSolver,
@@ -33,6 +34,7 @@ from ._src.mesh.tutte import tutte_embedding
 __version__ = "0.1.0"
 
 __all__ = [
+    "DeviceLoop",
     "EnergyError",
     "GaussNewtonSolver",
     "GradientDescentSolver",
