@@ -179,3 +179,15 @@ def test_bad_element_kinds_energies_and_rest_inverses_are_refused():
     with pytest.raises(ValueError, match=r"rest_inverse=\.\.\.\): expected D_m\^-1 per element, got None"):
         p.add_deformation_term(mesh.tets, _convex_psi, rest_inverse=None, data=data)
     assert p.terms == []
+
+
+def test_deterministic_F_term_equals_the_atomic_one():
+    _, pf, x = _problems("stable_neo_hookean")
+    n, dim, elements, _, psi, dinv, data, _ = CASES["stable_neo_hookean"]()
+    pd = wm.Problem(n, dim, wp.float64, device=DEVICE, deterministic=True)
+    pd.add_deformation_term(elements, psi, rest_inverse=dinv, data=data)
+    f, g, h = _dense(pf, x)
+    fd, gd, hd = _dense(pd, x)
+    np.testing.assert_allclose(fd, f, rtol=1e-12)
+    _assert_round_off(gd, g, "deterministic gradient")
+    _assert_round_off(hd, h, "deterministic Hessian")
