@@ -58,7 +58,8 @@ def _write(folder, name: str, body: str) -> None:
 
 
 def _run(tmp_path, *names) -> dict:
-    env = dict(os.environ, WARP_CACHE_PATH=str(tmp_path / "cache"), WARP_MESHAD_CACHE_PATH=str(tmp_path / "gen"))
+    env = dict(os.environ, WARP_CACHE_PATH=str(tmp_path / "cache"), WARP_MESHAD_CACHE_PATH=str(tmp_path / "gen"),
+               WARP_MESHAD_MODULE_RECORDS="1")
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     proc = subprocess.run([sys.executable, "-B", "-c", SCRIPT, str(tmp_path / "src"), *names], env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
