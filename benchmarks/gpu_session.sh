@@ -33,7 +33,7 @@ for entry in "$PWD"/warp_meshad/*; do ln -s "$entry" /tmp/pkg/warp_meshad/; done
 ln -s "$PWD/kernels" /tmp/pkg/warp_meshad/kernels
 ln -s "$PWD/apps" /tmp/pkg/warp_meshad/apps
 [ -d "$PWD/warp_meshad/configs" ] || ln -s "$PWD/configs" /tmp/pkg/warp_meshad/configs
-export PYTHONPATH=/tmp/site:/tmp/pkg:$PWD
+export PYTHONPATH=/tmp/site:/tmp/pkg:$PWD PYTHONSAFEPATH=1  # safe path: python -m must not put the checkout (no kernels/ inside warp_meshad/) first
 export LD_LIBRARY_PATH=/tmp/site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export WARP_CACHE_PATH=/tmp/warpcache WARP_MESHAD_CACHE_PATH=/tmp/warpcache/gen

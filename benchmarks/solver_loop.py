@@ -74,7 +74,7 @@ def time_loop(problem, uv0, loop, args) -> dict:
 
 
 def main(argv=None) -> dict:
-    from warp_meshad._src.solve.device_loop import DeviceLoop
+    from warp_meshad import DeviceLoop
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=None, help="Warp device (default: Warp's default)")

@@ -155,7 +155,9 @@ def test_projected_newton_on_woody_same_as_host(woody, max_iterations):
     solvers = [NewtonSolver(problem, linear_solver="qdldl", fixed=[0, 7], device_loop=loop) for loop in (False, True)]
     host, dev = (solver.solve(x0, **kwargs) for solver in solvers)
     assert host.reason == ("max_iterations" if max_iterations == 4 else "newton_decrement")
-    assert_same_solve(host, dev, rtol=1e-10)
+    # on CUDA the atomic assembly sums in a varying order: the two loops' iterates then agree to round-off carried
+    # through the iterations (measured on an H200: 1e-8 relative in x after 30 iterations), not bit for bit
+    assert_same_solve(host, dev, rtol=1e-7 if problem.device.is_cuda else 1e-10)
     np.testing.assert_array_equal(dev.x.numpy()[[0, 7]], uv[[0, 7]])
 
 
@@ -215,9 +217,10 @@ def test_captured_iteration_same_as_host_on_cuda(linear_solver):
     problem, F, uv, area = woody_problem("cuda:0")
     x0 = wp.array(uv, dtype=wp.vec2d, device="cuda:0")
     kwargs = dict(max_iterations=30, tolerance=1e-6)
-    host = NewtonSolver(problem, linear_solver=linear_solver).solve(x0, **kwargs)
+    # two pins: without them the minimizer is defined up to a rigid motion of the layout, along which x may drift
+    host = NewtonSolver(problem, linear_solver=linear_solver, fixed=[0, 7]).solve(x0, **kwargs)
     for loop in (True, DeviceLoop(capture=True), DeviceLoop(capture=True, poll=False)):
-        dev = NewtonSolver(problem, linear_solver=linear_solver, device_loop=loop).solve(x0, **kwargs)
+        dev = NewtonSolver(problem, linear_solver=linear_solver, fixed=[0, 7], device_loop=loop).solve(x0, **kwargs)
         # GPU atomics sum in a varying order: the same iterates to round-off, not bit for bit
         assert dev.reason == host.reason and abs(dev.iterations - host.iterations) <= 1
         np.testing.assert_allclose(dev.energies[-1], host.energies[-1], rtol=1e-9)

@@ -15,10 +15,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # the private names benchmarks may import: tuning knobs and internals they measure (module -> names)
 BENCHMARK_PRIVATE = {
-    "warp_meshad._src.codegen": {"kernel_cache"},  # aot_cuda: the unrolled-projection choice as on CUDA
+    # aot_cuda: the unrolled-projection choice as on CUDA; first_call: times the code-gen steps it wraps
+    "warp_meshad._src.codegen": {"kernel_cache", "energy_rewrite", "kernel_source", "warp_compat"},
+    "warp_meshad._src.problem": {"tiled", "assembly", "terms"},  # kernel_resources: tile sizes; first_call: wraps
     "warp_meshad._src.codegen.kernel_cache": {"TileVariant", "term_kernel"},  # kernel_resources: registers per kernel
     "warp_meshad._src.codegen.warp_compat": {"install_module_hooks"},  # aot_cuda: compiles each module for sm_XX
-    "warp_meshad._src.problem": {"tiled"},  # kernel_resources: the tile plan's sizes
     "warp_meshad._src.problem.reduce": {"ordered_total", "partial_count"},  # the deterministic reduction
     # newton_step: the Dirichlet rows and the step scaling around the driver's timed iteration
     "warp_meshad._src.solve.constraints": {"apply_dirichlet", "fixed_mask_from_indices"},

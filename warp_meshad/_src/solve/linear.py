@@ -773,7 +773,9 @@ class _GpuCsrSolver(LinearSolver):
         _bind_thread(device)
         cp = self._cp
         stream = wp.get_stream(device)
-        return cp.cuda.Device(device.ordinal), cp.cuda.ExternalStream(stream.cuda_stream, device.ordinal)
+        with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for Stream.from_external (not in CuPy 13)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return cp.cuda.Device(device.ordinal), cp.cuda.ExternalStream(stream.cuda_stream, device.ordinal)
 
     def _views(self, device):
         cp = self._cp
