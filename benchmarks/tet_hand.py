@@ -18,7 +18,10 @@ Methods (one process, the same mesh, the same BSR block slots):
 * ``warp_meshad_snh``: ``stable_neo_hookean`` over the corners (``add_term``, 12 duals), ``assemble_hessian``;
 * ``warp_meshad_snh_F``: ``stable_neo_hookean_F`` (``add_deformation_term``, 9 duals, dF/dx applied in the kernel);
 * ``..._proj``: the same with per-element PSD projection (``projection="clamp"``): of the 12 x 12 Hessian in x on the
-  corner path, of the 9 x 9 Hessian in F on the F path.
+  corner path, of the 9 x 9 Hessian in F on the F path (Jacobi eigen-decompositions);
+* ``warp_meshad_snh_F_proj_analytic``: the F path with stable Neo-Hookean's analytic eigensystem
+  (``add_deformation_term(..., projection=stable_neo_hookean_F_hessian_proj)``: the energy on 9 gradient duals, the
+  projected 9 x 9 F Hessian in closed form from the SVD of F); checked against ``warp_meshad_snh_F_proj`` to 1e-9.
 
 Timing: CUDA-graph replays timed with events on a GPU (benchmarks/common.py), host timing on the CPU.
 """
@@ -102,9 +105,14 @@ def _snh_hand(
 
 
 def build(n: int, device, assembly: str, seed: int = 0):
-    """The mesh, the perturbed positions and the two problems (corners, F) over it."""
+    """The mesh, the perturbed positions and the three problems (corners, F, F with the analytic projection)."""
     import warp_meshad as wm
-    from warp_meshad.kernels.energies import StableNeoHookeanData, stable_neo_hookean, stable_neo_hookean_F
+    from warp_meshad.kernels.energies import (
+        StableNeoHookeanData,
+        stable_neo_hookean,
+        stable_neo_hookean_F,
+        stable_neo_hookean_F_hessian_proj,
+    )
 
     mesh = wm.TetMesh.box(n, n, n)
     rng = np.random.default_rng(seed)
@@ -118,7 +126,10 @@ def build(n: int, device, assembly: str, seed: int = 0):
     corners.add_term(mesh.tets, stable_neo_hookean, data)
     fterm = wm.Problem(mesh.vertex_count, 3, dtype=wp.float64, device=device, assembly=assembly)
     fterm.add_deformation_term(mesh.tets, stable_neo_hookean_F, rest_inverse=data.rest_inverse, data=data)
-    return mesh, X, data, corners, fterm
+    fanalytic = wm.Problem(mesh.vertex_count, 3, dtype=wp.float64, device=device, assembly=assembly)
+    fanalytic.add_deformation_term(mesh.tets, stable_neo_hookean_F, rest_inverse=data.rest_inverse, data=data,
+                                   projection=stable_neo_hookean_F_hessian_proj)  # fmt: skip
+    return mesh, X, data, corners, fterm, fanalytic
 
 
 def rel(a, b) -> float:
@@ -127,7 +138,7 @@ def rel(a, b) -> float:
 
 
 def run_size(n, device, runs, records, assembly):
-    mesh, X, data, corners, fterm = build(n, device, assembly)
+    mesh, X, data, corners, fterm, fanalytic = build(n, device, assembly)
     x = wp.array(X, dtype=wp.vec3d, device=device)
     dev = str(wp.get_device(device))
     print(f"-- box {n}^3 vertices: {mesh.tet_count} tets, {mesh.vertex_count} vertices, "
@@ -160,6 +171,16 @@ def run_size(n, device, runs, records, assembly):
         errs[method] = max(rel([e], [ref[0]]), rel(gg, ref[1]), rel(hh, ref[2]))
         print(f"   {method} vs warp_meshad_snh: relative error {errs[method]:.2e}")
         assert errs[method] < 1e-12, (method, errs[method])
+    # the analytic projection against the Jacobi one (same projected F Hessians up to the iteration's tolerance)
+    fp, gp, Hp = fterm.assemble_hessian(x, projection="clamp")
+    wp.synchronize_device(device)
+    ref_proj = (float(fp.numpy()[0]), gp.numpy().copy(), Hp.values.numpy()[: Hp.nnz].copy())
+    fa, ga, Ha = fanalytic.assemble_hessian(x, projection="clamp")
+    wp.synchronize_device(device)
+    errs["analytic"] = max(rel([float(fa.numpy()[0])], [ref_proj[0]]), rel(ga.numpy(), ref_proj[1]),
+                           rel(Ha.values.numpy()[: Ha.nnz], ref_proj[2]))  # fmt: skip
+    print(f"   warp_meshad_snh_F_proj_analytic vs warp_meshad_snh_F_proj: relative error {errs['analytic']:.2e}")
+    assert errs["analytic"] < 1e-9, errs["analytic"]
 
     def add(method, times, **extra):
         r = record(NAME, method, mesh.vertex_count, "float64", times, dev, tets=mesh.tet_count, assembly=assembly,
@@ -173,6 +194,8 @@ def run_size(n, device, runs, records, assembly):
         check_rel_error=errs["warp_meshad_snh_F"])  # fmt: skip
     add("warp_meshad_snh_proj", time_warp(lambda: corners.assemble_hessian(x, projection="clamp"), device, runs))
     add("warp_meshad_snh_F_proj", time_warp(lambda: fterm.assemble_hessian(x, projection="clamp"), device, runs))
+    add("warp_meshad_snh_F_proj_analytic", time_warp(lambda: fanalytic.assemble_hessian(x, projection="clamp"), device,
+                                                     runs), check_rel_error=errs["analytic"])  # fmt: skip
 
 
 def main(argv=None):

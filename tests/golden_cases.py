@@ -64,6 +64,13 @@ def kernel_cases():
                 for v in variants:
                     tag = "_".join(k if val is True else f"{val}" for k, val in v.items() if val)
                     cases.append((f"{sname}.{mode}" + (f".{tag}" if tag else ""), sname, mode, v))
+    # deformation terms with an analytic projection (contract.ANALYTIC_PROJECTION): listed last
+    for sname in DEFORMATION:
+        for det in (False, True):
+            for v in (dict(deterministic=det, analytic=True),
+                      dict(deterministic=det, tiled=True, tile_store="number", analytic=True)):  # fmt: skip
+                tag = "_".join(k if val is True else f"{val}" for k, val in v.items() if val)
+                cases.append((f"{sname}.hessian_proj.{tag}", sname, "hessian_proj", v))
     return cases
 
 

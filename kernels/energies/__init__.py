@@ -21,6 +21,9 @@ Energies of the deformation gradient F (``problem.add_deformation_term(elements,
 data=...)``: fewer duals, dF/dx applied by the toolkit, PSD projection of the small F Hessian), each beside its
 corner form with the same data: :func:`stable_neo_hookean_F`, :func:`arap_tet_F` (F 3x3),
 :func:`neo_hookean_membrane_F` (F 3x2, as two columns), :func:`symmetric_dirichlet_F` (F 2x2).
+:func:`stable_neo_hookean_F_hessian_proj` is stable Neo-Hookean's projected F Hessian in closed form (Smith et al.
+2019): ``add_deformation_term(..., projection=stable_neo_hookean_F_hessian_proj)`` replaces the 9 x 9 Jacobi
+projection with it.
 """
 
 from .dirichlet import DirichletData, dirichlet, weighted_dirichlet
@@ -96,8 +99,9 @@ from .stable_neo_hookean import (  # noqa: E402
     StableNeoHookeanData,
     stable_neo_hookean,
     stable_neo_hookean_F,
+    stable_neo_hookean_F_hessian_proj,
     stable_neo_hookean_lame,
 )
 
 __all__ += ["ArapTetData", "StableNeoHookeanData", "arap_tet", "arap_tet_F", "stable_neo_hookean",
-            "stable_neo_hookean_F", "stable_neo_hookean_lame"]  # fmt: skip
+            "stable_neo_hookean_F", "stable_neo_hookean_F_hessian_proj", "stable_neo_hookean_lame"]  # fmt: skip

@@ -37,6 +37,16 @@ rest (compression, inversion): use ``eval_with_hessian_proj`` in Newton.
 Two forms: :func:`stable_neo_hookean` over the tet's corners (``Problem.add_term(mesh.tets, ...)``, 12 duals) and
 :func:`stable_neo_hookean_F` over F (``Problem.add_deformation_term(mesh.tets, ..., rest_inverse=D_m^-1)``, 9 duals,
 dF/dx applied by the toolkit); both take the same data and give the same energy, gradient and Hessian to round-off.
+
+Analytic eigensystem (Smith, de Goes and Kim, "Analytic Eigensystems for Isotropic Distortion Energies", ACM TOG
+38(1), 2019; Kim & Eberle's notes, ch. 7): with F = U diag(s) V^T (signed SVD, U and V rotations) and
+dpsi/dJ = lam (J - 1) - mu, the Hessian d2psi/dF2 has the twist eigenvalues mu + s_k dpsi/dJ and the flip eigenvalues
+mu - s_k dpsi/dJ (k: the singular value outside the mode's pair), and its three scaling eigenvalues are those of
+
+    A = mu I + lam g g^T + dpsi/dJ [[0, s_2, s_1], [s_2, 0, s_0], [s_1, s_0, 0]],    g = (s_1 s_2, s_0 s_2, s_0 s_1).
+
+:func:`stable_neo_hookean_F_hessian_proj` returns the PSD projection of V_t d2psi/dF2 from them
+(``add_deformation_term(..., projection=stable_neo_hookean_F_hessian_proj)``): no 9 x 9 Jacobi iteration.
 """
 
 from typing import Any
@@ -45,8 +55,15 @@ import warp as wp
 
 from warp_meshad.kernels import ad
 from warp_meshad.kernels.deformation import tet_deformation_columns
+from warp_meshad.kernels.isotropic import isotropic_hessian_proj
 
-__all__ = ["StableNeoHookeanData", "stable_neo_hookean", "stable_neo_hookean_F", "stable_neo_hookean_lame"]
+__all__ = [
+    "StableNeoHookeanData",
+    "stable_neo_hookean",
+    "stable_neo_hookean_F",
+    "stable_neo_hookean_F_hessian_proj",
+    "stable_neo_hookean_lame",
+]
 
 
 @wp.struct
@@ -78,6 +95,27 @@ def stable_neo_hookean_F(t: int, F: Any, data: StableNeoHookeanData):
     jm1 = ad.det(F) - 1.0
     psi = 0.5 * data.mu * (ic - 3.0) - data.mu * jm1 + 0.5 * data.lam * jm1 * jm1
     return data.volume[t] * psi
+
+
+@wp.func
+def stable_neo_hookean_F_hessian_proj(t: int, F: wp.mat33d, data: StableNeoHookeanData, eps: wp.float64, absolute: int):
+    """The PSD projection of the 9 x 9 Hessian of :func:`stable_neo_hookean_F` in F's entries (row-major), from its
+    analytic eigensystem (see the module docstring); eigenvalues below eps become eps (|lambda| first where
+    absolute != 0)."""
+    u = wp.mat33d()
+    s = wp.vec3d()
+    v = wp.mat33d()
+    wp.svd3(F, u, s, v)  # signed: U, V rotations, s[2] < 0 for an inverted F
+    vol = data.volume[t]
+    mu = data.mu
+    dj = data.lam * (s[0] * s[1] * s[2] - wp.float64(1.0)) - mu  # dpsi/dJ
+    twist = vol * (wp.vec3d(mu, mu, mu) + dj * s)
+    flip = vol * (wp.vec3d(mu, mu, mu) - dj * s)
+    g = wp.vec3d(s[1] * s[2], s[0] * s[2], s[0] * s[1])  # dJ/ds
+    zero = wp.float64(0.0)
+    d2j = wp.mat33d(zero, s[2], s[1], s[2], zero, s[0], s[1], s[0], zero)  # d2J/ds2
+    a = vol * (mu * wp.identity(n=3, dtype=wp.float64) + data.lam * wp.outer(g, g) + dj * d2j)
+    return isotropic_hessian_proj(u, v, twist, flip, a, eps, absolute)
 
 
 def stable_neo_hookean_lame(young: float, poisson: float) -> tuple[float, float]:

@@ -16,7 +16,8 @@ rely on:
   options (the kernel cache's key and the kernel's name suffix);
 * :data:`DEFORMATION_SHAPES`: the deformation-gradient family (``Problem.add_deformation_term``): the shapes of F
   per element kind, the order of F's entries among the duals, and which modes the family has
-  (:attr:`KernelMode.deformation`).
+  (:attr:`KernelMode.deformation`); :data:`ANALYTIC_PROJECTION` what a deformation term's closed-form PSD projection
+  (``add_deformation_term(projection=...)``) must return and how its kernel calls it (:attr:`KernelVariant.analytic`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from warp_meshad.kernels._dualgen import UNROLLED_PROJECTION_MAX_K, packed_index
 
 __all__ = [
+    "ANALYTIC_PROJECTION",
     "DEFORMATION_SHAPES",
     "DUAL_API",
     "DUAL_FIELDS",
@@ -41,6 +43,7 @@ __all__ = [
     "missing_names",
     "mode_of",
     "packed_index",
+    "projection_arg_count",
 ]
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -280,6 +283,33 @@ def deformation_shape(valence: int, dim: int, what: str = "add_deformation_term"
     return shape
 
 
+# the name the kernel text calls a deformation term's analytic projection by
+ANALYTIC_PROJECTION = "_projection"
+"""What a deformation term's analytic projection is (``Problem.add_deformation_term(..., projection=proj)``).
+
+For a term whose energy is ``psi(e, F, [data])`` (F as its :class:`DeformationShape` gives it):
+
+* ``proj`` is a ``@wp.func`` taking the energy's arguments with F in plain numbers of the problem's scalar type S
+  (a ``matNN``; a 3 x 2 F as its two ``vec3`` columns), then ``eps: S`` and ``absolute: int``:
+  ``proj(e, F, [data], eps, absolute)``. It returns the PSD projection of psi's Hessian in F's entries, a
+  k_F x k_F matrix of S (``wp.types.matrix((k_F, k_F), S)``) whose rows and columns are F's entries in the order of
+  :meth:`DeformationShape.entry` (row-major for a square F): each eigenvalue lambda of d2psi/dF2 replaced by
+  max(lambda, eps), or by max(|lambda|, eps) where ``absolute != 0`` — what the dual module's ``project_psd`` does
+  to an element's Hessian, so the two agree to round-off (and to the Jacobi iteration's tolerance).
+* The term's ``hessian_proj`` kernels (:attr:`KernelVariant.analytic`; every other variant choice applies) run the
+  energy on gradient duals (value and gradient only, ``k_F`` of them) and take the local Hessian
+  ``h = weight * _projection(e, F, [data], eps / weight, absolute)`` (the projection of ``weight * d2psi/dF2`` with
+  ``eps``: the term's weight must be > 0), as a k_F x k_F matrix (not packed); the chain rule to the element's
+  variable blocks is the family's. The other modes (``hessian``, ``hvp``, ...) never call it.
+"""
+
+
+def projection_arg_count(fs: DeformationShape, has_data: bool) -> int:
+    """The arguments of a deformation term's analytic projection (:data:`ANALYTIC_PROJECTION`): the element index,
+    F (one matrix, or its columns), the data if the term has some, ``eps`` and ``absolute``."""
+    return 1 + (1 if fs.square else fs.cols) + int(has_data) + 2
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # the kernel-variant key
 # ----------------------------------------------------------------------------------------------------------------------
@@ -299,6 +329,9 @@ class KernelVariant:
         tile_row_cap: rows of the deterministic tiled variant's gradient tile (0: ``tile_cap``).
         tile_store: how the tiled variant writes its tile out (``"number"`` or ``"block"``).
         launch_bounds: (threads per block, blocks per SM) given to the CUDA compiler for the tiled variant.
+        analytic: the projected mode of a deformation term with an analytic projection (see
+            :data:`ANALYTIC_PROJECTION`): the energy on gradient duals, the local Hessian from the projection (never
+            unrolled: there is no Jacobi iteration).
     """
 
     mode: str
@@ -308,6 +341,7 @@ class KernelVariant:
     tile_row_cap: int = 0
     tile_store: str = "number"
     launch_bounds: tuple[int, int] | None = None
+    analytic: bool = False
 
     @classmethod
     def of(
@@ -320,6 +354,7 @@ class KernelVariant:
         tile_row_cap: int = 0,
         tile_store: str = "number",
         launch_bounds: tuple[int, int] | None = None,
+        analytic: bool = False,
     ) -> KernelVariant:
         """The variant of ``mode`` asked for, less what the mode (or the dual module's ``caps``) does not have.
 
@@ -331,14 +366,16 @@ class KernelVariant:
             raise ValueError(f"the tiled variant exists for modes {[n for n, f in MODES.items() if f.tileable]}, "
                              f"got mode {mode!r}")  # fmt: skip
         tiled = tile_cap > 0
+        analytic = bool(analytic) and m.projected and m.deformation
         return cls(
             mode,
             deterministic=bool(deterministic) and m.deterministic,
-            unrolled=bool(unrolled) and m.projected and UNROLLED_PROJECTION in caps,
+            unrolled=bool(unrolled) and m.projected and UNROLLED_PROJECTION in caps and not analytic,
             tile_cap=int(tile_cap),
             tile_row_cap=int(tile_row_cap) if tiled else 0,
             tile_store=tile_store if tiled else "number",
             launch_bounds=tuple(int(b) for b in launch_bounds) if tiled and launch_bounds else None,
+            analytic=analytic,
         )
 
     @property
@@ -346,15 +383,21 @@ class KernelVariant:
         return self.tile_cap > 0
 
     @property
+    def dual(self) -> str:
+        """The dual module the energy runs with: the mode's (:attr:`KernelMode.dual`), ``"grad"`` for the analytic
+        projection's variant (its Hessian comes from the projection)."""
+        return "grad" if self.analytic else mode_of(self.mode).dual
+
+    @property
     def suffix(self) -> str:
         """The part of the kernel and module names that tells the variant (``"_det_unrolled_tiled"``)."""
         return ("_det" if self.deterministic else "") + ("_unrolled" if self.unrolled else "") + (
-            "_tiled" if self.tiled else "")  # fmt: skip
+            "_tiled" if self.tiled else "") + ("_analytic" if self.analytic else "")  # fmt: skip
 
     def describe(self) -> list[str]:
         """The variant's choices in words, for messages (``["deterministic", "tiled"]``)."""
         return [w for w, on in (("deterministic", self.deterministic), ("unrolled", self.unrolled),
-                                ("tiled", self.tiled)) if on]  # fmt: skip
+                                ("tiled", self.tiled), ("analytic projection", self.analytic)) if on]  # fmt: skip
 
 
 def mode_of(mode: str) -> KernelMode:

@@ -123,16 +123,20 @@ class TileVariant:
     launch_bounds: tuple[int, int] | None = None
 
 
-def _module(term, mode: str):
-    """The Warp module of one (energy, shape, mode): named from the energy's source so Warp's
-    kernel cache is reused across processes; a different energy object with the same source
-    (other closure values) gets a numbered name of its own."""
+def _module(term, mode: str, projection=None):
+    """The Warp module of one (energy, shape, mode): named from the energy's source (and the analytic projection's,
+    if the kernel calls one) so Warp's kernel cache is reused across processes; a different energy object with the
+    same source (other closure values) gets a numbered name of its own."""
     h = hashlib.sha1()
     h.update(inspect.getsource(term.energy.func).encode())
+    owner = id(term.energy)
+    if projection is not None:
+        h.update(inspect.getsource(projection.func).encode())
+        owner = (owner, id(projection))
     h.update(repr((term.spec.signature(), mode, term.data_type.key if term.data_type else "")).encode())
     base = f"wm_{term.info.name}_{mode}_{h.hexdigest()[:12]}"
     name, i = base, 1
-    while _MODULE_OWNERS.setdefault(name, id(term.energy)) != id(term.energy):
+    while _MODULE_OWNERS.setdefault(name, owner) != owner:
         i += 1
         name = f"{base}_{i}"
     module = wp.get_module(name)
@@ -140,9 +144,11 @@ def _module(term, mode: str):
     return module
 
 
-def _instance(term, mode: str, module, facts: KernelFacts):
-    """The energy instantiated for the mode's variable types (plain values or duals), and its namespace."""
-    dual = mode_of(mode).dual  # the dual module the mode runs the energy with (see contract.MODES)
+def _instance(term, mode: str, module, facts: KernelFacts, dual: str | None = None):
+    """The energy instantiated for the mode's variable types (plain values or duals), and its namespace.
+
+    ``dual`` overrides the mode's dual module (``KernelVariant.dual``: gradient duals for the analytic projection)."""
+    dual = dual or mode_of(mode).dual  # the dual module the mode runs the energy with (see contract.MODES)
     params = None
     if dual == "plain":
         ns = _dualgen.load(0, None, "plain")
@@ -183,21 +189,24 @@ def term_kernel(term, mode: str, facts: KernelFacts, tile: TileVariant | None = 
     variant = KernelVariant.of(
         mode, tile.rounds if tile else facts.deterministic, facts.unrolled(k), capabilities(mode_of(mode).dual, k),
         *((tile.cap, tile.row_cap, tile.store, tile.launch_bounds) if tile else ()),
+        analytic=term.projection is not None,
     )  # fmt: skip
-    key = (id(term.energy), variant, term.spec.signature(), term.data_type.key if term.data_type else "")
+    projection = term.projection if variant.analytic else None
+    key = (id(term.energy), variant, term.spec.signature(), term.data_type.key if term.data_type else "",
+           id(projection))  # fmt: skip
     hit = _KERNELS.get(key)
     if hit is None:
-        module = _module(term, mode + variant.suffix)
+        module = _module(term, mode + variant.suffix, projection)
         what = [f"term '{term.label}': {mode}", *variant.describe(), facts.dtype.__name__]
         describe_module(module.name, ", ".join(what))
         key = _module_key(term, mode, module, facts, variant)
         kern = _cached_kernel(term, variant, module, key)
         if kern is None:
-            fn, ns = _instance(term, mode, module, facts)
-            kern = make_kernel(term.spec, variant, fn, ns, term.data_type, term.label)
+            fn, ns = _instance(term, mode, module, facts, variant.dual)
+            kern = make_kernel(term.spec, variant, fn, ns, term.data_type, term.label, projection)
             if key is not None:  # recorded once Warp has hashed and loaded it (its first launch)
                 _PENDING.append((key, module, {"kernel": kern.key, "energy": fn.key}))
-        hit = (kern, term.energy)
+        hit = (kern, term.energy, projection)
         _KERNELS[key] = hit  # holding the energy keeps its id from being reused
     term.kernels[local] = hit[0]
     return hit[0]
@@ -276,6 +285,8 @@ def _module_key(term, mode: str, module, facts: KernelFacts, variant: KernelVari
         f"{facts.unrolled(term.spec.k)}|{facts.cuda}",
         repr(params),
     )
+    if variant is not None and variant.analytic:  # the kernel calls the term's analytic projection too
+        parts += (module_keys.energy_digest(term.projection),)
     return module_keys.term_key(module, parts)
 
 
@@ -288,7 +299,8 @@ def _cached_kernel(term, variant: KernelVariant, module, key: str | None):
         return None
     if not seed_module_hash(module, rec["warp"], device):
         return None
-    kern = make_kernel(term.spec, variant, _RecordedEnergy(rec["energy"], module), None, term.data_type, term.label)
+    kern = make_kernel(term.spec, variant, _RecordedEnergy(rec["energy"], module), None, term.data_type, term.label,
+                       term.projection if variant.analytic else None)  # fmt: skip
     if kern.key != rec["kernel"] or not seed_module_hash(module, rec["warp"], device, [kern]):
         raise RuntimeError(  # the record was written for this key from the same generators: a bug, not a miss
             f"kernel cache record {key} does not match module {module.name} (kernel {kern.key}); delete the "

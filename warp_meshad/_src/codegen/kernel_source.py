@@ -18,7 +18,15 @@ import re
 
 import warp as wp
 
-from warp_meshad._src.codegen.contract import MODES, DeformationShape, KernelMode, KernelVariant, mode_of, packed_index
+from warp_meshad._src.codegen.contract import (
+    ANALYTIC_PROJECTION,
+    MODES,
+    DeformationShape,
+    KernelMode,
+    KernelVariant,
+    mode_of,
+    packed_index,
+)
 
 __all__ = ["KernelSpec", "deformation_types", "kernel_source", "make_kernel"]
 
@@ -75,8 +83,10 @@ class _Kernel:
     """
 
     def __init__(self, spec: KernelSpec, mode: KernelMode, deterministic: bool, unrolled: bool, tiled: bool,
-                 tile_store: str):  # fmt: skip
+                 tile_store: str, analytic: bool = False):  # fmt: skip
         self.spec, self.mode, self.unrolled, self.tile_store = spec, mode, unrolled, tile_store
+        self.analytic = analytic  # the deformation family's analytic projection (contract.ANALYTIC_PROJECTION)
+        self.plain_f = ""  # F in plain numbers, as the analytic projection takes it (deformation kernels)
         self.n, self.d, self.k = spec.valence, spec.dim, spec.k
         self.res = spec.residual_dim > 0
         self.tiled = tiled and mode.tileable
@@ -215,6 +225,7 @@ class _DeformationKernel(_Kernel):
         for j in range(c):
             self.add(f"f{j} = " + " + ".join(f"e{a} * dinv[{a - 1}, {j}]" for a in range(1, n)))
         cols = [f"f{j}" for j in range(c)]
+        self.plain_f = "fm" if fs.square else ", ".join(cols)
         if fs.square:
             self.add("fm = wp.matrix_from_cols(" + ", ".join(cols) + ")")
             args = ["_D.seed(fm, 0)" if self.mode.seeds else "fm"]
@@ -378,7 +389,10 @@ def _local_dual(kt: _Kernel) -> None:
     kt.add(kt.scatter_energy("weight * r.v"), "g = r.g * weight")
     if m.projected:
         kt.args += ["eps: _S", "absolute: int"]
-        if kt.unrolled:  # literal indices: registers instead of local memory (GPU)
+        if kt.analytic:  # closed form on plain F (gradient duals: r has no Hessian), contract.ANALYTIC_PROJECTION
+            call_data = ", data" if kt.spec.has_data else ""
+            kt.add(f"h = {ANALYTIC_PROJECTION}(e, {kt.plain_f}{call_data}, eps / weight, absolute) * weight")
+        elif kt.unrolled:  # literal indices: registers instead of local memory (GPU)
             kt.add("h = _D.project_psd_unrolled(r.h * weight, eps, absolute)")
         else:
             kt.add(f"h = _D.project_psd(_D.unpack(r.h * weight), eps, absolute, {kt.k})")
@@ -429,6 +443,7 @@ def kernel_source(
     unrolled: bool = False,
     tiled: bool = False,
     tile_store: str = "number",
+    analytic: bool = False,
 ) -> str:
     """Source text of the kernel ``name`` for ``mode`` (a key of :data:`~.contract.MODES`).
 
@@ -446,13 +461,20 @@ def kernel_source(
     element shared by several patches is evaluated once per patch; each patch keeps only its rows,
     so no global float atomics touch the Hessian. The element's energy is kept by the patch owning
     its first variable's row, gradient entries by the patch owning their row.
+
+    With ``analytic`` (mode ``hessian_proj`` of a deformation term), the energy runs on gradient duals and the local
+    Hessian is the term's analytic projection (``_projection``, see :data:`~.contract.ANALYTIC_PROJECTION`).
     """
     m = mode_of(mode)
     if spec.deformation is not None and not m.deformation:
         raise ValueError(f"deformation-gradient terms have the kernel modes "
                          f"{[n for n, f in MODES.items() if f.deformation]}, got mode {mode!r}")  # fmt: skip
+    if analytic and (spec.deformation is None or not m.projected or unrolled):
+        raise ValueError(f"the analytic projection is a variant of the projected modes of deformation terms, "
+                         f"not unrolled; got mode {mode!r}, unrolled={unrolled}, deformation term: "
+                         f"{spec.deformation is not None}")  # fmt: skip
     kt = (_DeformationKernel if spec.deformation is not None else _Kernel)(spec, m, deterministic, unrolled, tiled,
-                                                                            tile_store)  # fmt: skip
+                                                                            tile_store, analytic)  # fmt: skip
     _EMITTERS[mode](kt)
     return kt.text(name)
 
@@ -561,7 +583,7 @@ def deformation_types(fs: DeformationShape, ns, scalar) -> list:
     return [col] * fs.cols
 
 
-def make_kernel(spec: KernelSpec, variant: KernelVariant, energy_fn, ns, data_type, label: str):
+def make_kernel(spec: KernelSpec, variant: KernelVariant, energy_fn, ns, data_type, label: str, projection=None):
     """Compile-ready ``wp.Kernel`` for one term and kernel variant.
 
     Args:
@@ -573,6 +595,7 @@ def make_kernel(spec: KernelSpec, variant: KernelVariant, energy_fn, ns, data_ty
         ns: generated namespace (dual module for derivative modes).
         data_type: the user's data struct type, or None.
         label: readable prefix for the kernel name (the energy's name).
+        projection: the ``@wp.func`` of a deformation term's analytic projection (``variant.analytic``), else None.
     """
     s = spec.scalar
     d, k = spec.dim, spec.k
@@ -595,14 +618,20 @@ def make_kernel(spec: KernelSpec, variant: KernelVariant, energy_fn, ns, data_ty
         "_CAP": v.tile_cap,
         "_RCAP": v.tile_row_cap or v.tile_cap,
     }
+    if v.analytic:
+        if projection is None:
+            raise ValueError("make_kernel: the analytic variant needs the term's projection function")
+        scope[ANALYTIC_PROJECTION] = projection
     if spec.deformation is not None:
         c = spec.deformation.cols
         scope["_DinvT"] = wp.types.matrix(shape=(c, c), dtype=s)
 
     def source(name):
-        return kernel_source(spec, v.mode, name, v.deterministic, v.unrolled, v.tiled, v.tile_store)
+        return kernel_source(spec, v.mode, name, v.deterministic, v.unrolled, v.tiled, v.tile_store, v.analytic)
 
     tmp = source("kernel") + f"# cap {v.tile_cap}" + (f" rows {v.tile_row_cap}" if v.tile_row_cap else "")
+    if v.analytic:  # two projections of one energy: two kernels
+        tmp += f"# projection {projection.key} {projection.func.__module__}"
     digest = hashlib.sha1((tmp + energy_fn.key).encode()).hexdigest()[:10]
     label = re.sub(r"\W", "_", label)  # a user-given term name may hold any character
     name = f"wm_{label}_{v.mode}{v.suffix}_{digest}"

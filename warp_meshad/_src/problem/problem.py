@@ -192,8 +192,9 @@ class Problem:
 
     @reported_at_the_caller
     def add_deformation_term(
-        self, elements, energy, rest_inverse, data=None, weight: float = 1.0, name: str | None = None
-    ) -> int:
+        self, elements, energy, rest_inverse, data=None, weight: float = 1.0, name: str | None = None,
+        projection=None,
+    ) -> int:  # fmt: skip
         """Add an energy of the deformation gradient: ``weight * sum_j energy(j, F_j, data)``.
 
         F_j = D_s D_m^-1 with D_s = [x_1 - x_0, ..., x_{n-1} - x_0] the element's current edge vectors and D_m^-1
@@ -223,6 +224,12 @@ class Problem:
                 ``TetMesh.rest_matrix_inverses()`` / ``TriMesh.face_rest_frame_inverses()``.
             data, weight, name: as in :meth:`add_term` (no ``parameters``: deformation terms have no parameter
                 derivatives yet).
+            projection: None (the projected modes project the F Hessian with a Jacobi eigen-decomposition), or the
+                energy's closed-form projection, a ``@wp.func`` ``proj(e, F, [data], eps, absolute)`` returning the
+                PSD-projected k_F x k_F Hessian of the energy in F's entries (row-major), e.g.
+                ``stable_neo_hookean_F_hessian_proj``; the projected modes then run the energy for its value and
+                gradient only and take the Hessian from it (contract: ``codegen.contract.ANALYTIC_PROJECTION``).
+                Needs weight > 0.
 
         Returns:
             The index of the term. It takes part in every evaluation (energy, gradient, Hessian, projected
@@ -234,7 +241,7 @@ class Problem:
             taking the wrong arguments, a ``rest_inverse`` of the wrong shape or dtype), naming it, before any launch.
         """
         return self._add(elements, energy, data, weight, name, residual=False, what="add_deformation_term",
-                         rest_inverse=rest_inverse)  # fmt: skip
+                         rest_inverse=rest_inverse, projection=projection)  # fmt: skip
 
     @reported_at_the_caller
     def add_residual_term(self, elements, residual, data=None, weight: float = 1.0, name: str | None = None) -> int:
@@ -312,13 +319,14 @@ class Problem:
         if set_interaction_elements(self.terms[term], elements, self.variable_count):
             self._storage.drop_layout()  # the element-energy buffer is sized from the capacity
 
-    def _add(self, elements, energy, data, weight, name, residual, what=None, parameters=None, rest_inverse=None):
+    def _add(self, elements, energy, data, weight, name, residual, what=None, parameters=None, rest_inverse=None,
+             projection=None):  # fmt: skip
         what = what or ("add_residual_term" if residual else "add_term")
         if what == "add_deformation_term" and rest_inverse is None:
             raise ValueError("add_deformation_term(rest_inverse=...): expected D_m^-1 per element, got None")
         term = make_term(
             len(self.terms), elements, energy, data, weight, name, residual, what, self.kernel_facts,
-            self.variable_count, self.device, parameters, self.parameter_count, rest_inverse,
+            self.variable_count, self.device, parameters, self.parameter_count, rest_inverse, projection,
         )  # fmt: skip
         self.terms.append(term)
         self._storage.reset()

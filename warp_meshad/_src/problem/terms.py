@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from warp_meshad._src.codegen.contract import deformation_shape
+from warp_meshad._src.codegen.contract import deformation_shape, projection_arg_count
 from warp_meshad._src.codegen.energy_rewrite import describe_energy
 from warp_meshad._src.codegen.kernel_cache import KernelFacts, probe_return_type
 from warp_meshad._src.codegen.kernel_source import KernelSpec
@@ -43,6 +43,8 @@ class Term:
         capacity: element rows reserved (an interaction term's buffer; otherwise the element count).
         params: :class:`~warp_meshad._src.problem.parameters.ParameterField` per data field named a parameter.
         rest_inverse: a deformation term's D_m^-1 per element (device array of ``matCC``), else None.
+        projection: a deformation term's analytic projection (``@wp.func``, see
+            :data:`~warp_meshad._src.codegen.contract.ANALYTIC_PROJECTION`), else None (Jacobi on the F Hessian).
     """
 
     def __init__(self, index, elements, energy, info, data, weight, spec, residual, label):
@@ -68,6 +70,7 @@ class Term:
         self.capacity = int(elements.shape[0])
         self.params = []
         self.rest_inverse = None
+        self.projection = None
 
     @property
     def count(self) -> int:
@@ -108,9 +111,30 @@ def _rest_inverse_array(rest_inverse, count: int, cols: int, dtype, device, what
     return wp.array(arr, dtype=mat_t, device=device)
 
 
+def _check_projection(projection, fs, has_data: bool, weight: float, what: str) -> None:
+    """A deformation term's analytic projection: a ``@wp.func`` of the contract's arity, on a term of weight > 0."""
+    if fs is None:
+        raise ValueError(f"{what}(projection=...): only deformation terms (add_deformation_term) take a projection")
+    if not isinstance(projection, wp.Function) or projection.func is None:
+        raise TypeError(f"{what}(projection=...) must be a @wp.func, got {type(projection).__name__}")
+    want = projection_arg_count(fs, has_data)
+    code = projection.func.__code__
+    if code.co_argcount != want:
+        f_args = "F" if fs.square else ", ".join(f"f{j}" for j in range(fs.cols))
+        names = ", ".join(code.co_varnames[: code.co_argcount])
+        raise ValueError(
+            f"{what}(projection={projection.key}) must take {want} arguments (e, {f_args}"
+            f"{', data' if has_data else ''}, eps, absolute) for {fs.describe()}; it takes {code.co_argcount}: "
+            f"({names})"
+        )
+    if not weight > 0.0:
+        raise ValueError(f"{what}(weight=...) must be > 0 with projection=... (the projection of weight * Hessian "
+                         f"is weight * projection(eps / weight)), got {weight}")  # fmt: skip
+
+
 def make_term(
     index: int, elements, energy, data, weight, name, residual: bool, what: str, facts: KernelFacts,
-    variable_count: int, device, parameters=None, parameter_offset: int = 0, rest_inverse=None,
+    variable_count: int, device, parameters=None, parameter_offset: int = 0, rest_inverse=None, projection=None,
 ) -> Term:  # fmt: skip
     """Check a term's arguments and build its record (its elements uploaded to ``device``).
 
@@ -125,6 +149,7 @@ def make_term(
         device: where the elements go.
         parameter_offset: theta offset of the term's first parameter (the problem's parameter count so far).
         rest_inverse: for a deformation term (``add_deformation_term``), D_m^-1 per element; its energy takes F.
+        projection: a deformation term's analytic projection, or None.
 
     Raises:
         TypeError, ValueError: on a bad argument, naming it, before any launch.
@@ -157,6 +182,9 @@ def make_term(
     term = Term(index, el, energy, info, data, weight, spec, residual, name or info.name)
     if fs is not None:
         term.rest_inverse = _rest_inverse_array(rest_inverse, el.shape[0], fs.cols, dtype, device, what)
+    if projection is not None:
+        _check_projection(projection, fs, data is not None, weight, what)
+        term.projection = projection
     rtype = probe_return_type(term, facts, what, argname)
     if residual:
         rdim = _residual_dim(rtype, dtype)
