@@ -25,7 +25,7 @@ BENCHMARK_PRIVATE = {
     "warp_meshad._src.solve.constraints": {"apply_dirichlet", "fixed_mask_from_indices"},
     "warp_meshad._src.solve.vector_ops": {"scale_into"},
 }
-HEAVY = ("polyscope", "yaml", "cupy", "torch", "nvmath", "pydantic", "tqdm", "matplotlib")
+HEAVY = ("polyscope", "yaml", "cupy", "torch", "nvmath", "pydantic", "tqdm", "matplotlib", "ray")
 
 
 def _private_imports(path: pathlib.Path) -> list[tuple[str, str]]:

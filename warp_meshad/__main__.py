@@ -3,11 +3,15 @@
     warp-meshad run [CONFIG] [--device DEV] [--steps N] [--output DIR] [--set KEY=VALUE ...]
                     [--test] [--headless | --viewer] [--quiet] [--verbose]
     warp-meshad warmup [CONFIG] [--device DEV] [--set KEY=VALUE ...] [--test] [--quiet] [--verbose]
+    warp-meshad batch [CONFIG] --meshes DIR|GLOB|LIST.txt --output DIR [--workers N] [--address ADDR]
+                      [--batch-size B] [--device DEV] [--set KEY=VALUE ...] [--test] [--screenshots] [--quiet]
     warp-meshad list
 
 CONFIG is a YAML file or a name under configs/ such as ``cloth/hanging`` (the default). ``python -m warp_meshad`` is
 the same command. ``warmup`` builds the scene and takes one short step without writing anything, so that Warp
 compiles and caches the kernels a run of it uses (a cold start compiles each module once: seconds per module).
+``batch`` runs CONFIG on every mesh of a dataset (one output folder each, ``summary.csv`` and ``summary.png``),
+resuming where an earlier batch stopped; ``--workers N`` (N > 1) or ``--address`` run it on Ray.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="warp-meshad",
         description="Run warp_meshad apps (cloth, smoothing, ...) from YAML configs, headless or in the viewer.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{run,warmup,list}")
+    sub = parser.add_subparsers(dest="command", metavar="{run,warmup,batch,list}")
     sub.required = True
 
     run = sub.add_parser("run", help="run one config", description="Run one app config and write its outputs.")
@@ -32,7 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Build one app config and take one short step (at most 2 solver iterations) without writing "
                     "anything, so that Warp compiles the kernels a run of it uses and keeps them in its kernel cache; "
                     "later runs start without compiling. Says what compiled and how long it took.")
-    for p in (run, warmup):
+    batch = sub.add_parser(
+        "batch", help="run a config on every mesh of a dataset",
+        description="Run one app config on every mesh of a dataset: each mesh gets its own output folder (final "
+                    "mesh, metrics.json) under --output, the batch a summary.csv (one row per mesh) and summary.png. "
+                    "Meshes whose outputs are complete are skipped, so a rerun resumes an interrupted batch; a bad "
+                    "mesh or failed solve is recorded in its row and the batch goes on. Exit status 1 when any mesh "
+                    "failed or had an error.")
+    for p in (run, warmup, batch):
         p.add_argument("config", nargs="?", default="cloth/hanging",
                        help="a YAML file, or a name under configs/ like 'cloth/hanging' (default)")
         p.add_argument("--device", help="Warp device: cpu, cuda, cuda:N (default: the first CUDA device, else cpu)")
@@ -41,13 +52,25 @@ def build_parser() -> argparse.ArgumentParser:
                             "repeatable")
         p.add_argument("--test", action="store_true",
                        help="apply the config's test block (small size, seconds on a CPU)")
+    batch.add_argument("--meshes", required=True, metavar="DIR|GLOB|LIST.txt",
+                       help="a folder of .obj/.off/.ply files, a quoted glob ('data/**/*.obj'), a .txt list (one "
+                            "path a line, relative to the list) or one mesh file")
+    batch.add_argument("--output", required=True, metavar="DIR", help="the batch's folder (one subfolder per mesh)")
+    batch.add_argument("--workers", type=int, default=1,
+                       help="1 (default): run in this process; N > 1: N Ray workers (pip install 'warp-meshad[batch]'), "
+                            "sharing the GPUs (1/N of a GPU each) or one CPU each")
+    batch.add_argument("--address", metavar="ADDR",
+                       help="join this Ray cluster ('auto', 'ray://host:10001') instead of starting a local one")
+    batch.add_argument("--batch-size", type=int, default=4, metavar="B",
+                       help="meshes per chunk a worker takes (default 4)")
+    batch.add_argument("--screenshots", action="store_true", help="render screenshot.png for each mesh (slow)")
     run.add_argument("--steps", type=int, help="number of steps (overrides the config)")
     run.add_argument("--output", metavar="DIR",
                      help="output folder (default: output/<app>_<scene>, output/<app>_<scene>_test with --test)")
     view = run.add_mutually_exclusive_group()
     view.add_argument("--viewer", action="store_true", help="open the interactive Polyscope viewer")
     view.add_argument("--headless", action="store_true", help="no viewer, even if the config asks for one")
-    for p in (run, warmup):
+    for p in (run, warmup, batch):
         p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no messages")
         p.add_argument("--verbose", "-v", action="store_true", help="also show Warp's messages (module loads)")
 
@@ -94,6 +117,17 @@ def _run(args) -> int:
     return 0
 
 
+def _batch(args) -> int:
+    from warp_meshad.app import load_config, parse_set, run_batch
+
+    flags = {"--device": {"device": args.device}} if args.device is not None else {}
+    config = load_config(args.config, overrides=parse_set(args.overrides), test=args.test, flags=flags)
+    report = run_batch(config, args.meshes, args.output, workers=args.workers, address=args.address,
+                       batch_size=args.batch_size, screenshots=args.screenshots, quiet=args.quiet,
+                       verbose=args.verbose)
+    return 0 if report.ok else 1
+
+
 def _warmup(args) -> int:
     from warp_meshad.app import warmup
 
@@ -120,6 +154,8 @@ def main(argv=None) -> int:
             return _list(sys.stdout)
         if args.command == "warmup":
             return _warmup(args)
+        if args.command == "batch":
+            return _batch(args)
         return _run(args)
     except (ConfigError, MeshError, ViewerError) as exc:  # the input's fault: say what, without a traceback
         print(f"warp-meshad: error: {exc}", file=sys.stderr)

@@ -11,11 +11,14 @@ mesh file is a :class:`ConfigError` naming the file and the key::
     config = app.load_config("cloth/hanging", test=True)
     report = app.run(config)            # build, run, check_final, write metrics.json and the final mesh
     app.warmup(config)                  # or: compile the kernels of a run ahead of time, writing nothing
+    app.run_batch(config, "assets/datasets/param_patches_small", "output/patches")  # every mesh of a dataset
 
-Importing this module imports pydantic and tqdm; pyyaml, matplotlib and polyscope only when used.
+Importing this module imports pydantic and tqdm; pyyaml, matplotlib and polyscope only when used; ray only when a
+batch runs on it.
 """
 
 from warp_meshad._src.app.base import App, resolve_device
+from warp_meshad._src.app.batch import SUMMARY_COLUMNS, BatchReport, find_meshes, run_batch
 from warp_meshad._src.app.config import AppConfig, ConfigError, ConfigModel, GridConfig
 from warp_meshad._src.app.loader import load_config, parse_set
 from warp_meshad._src.app.outputs import check_output_folder, output_folder
@@ -27,8 +30,10 @@ from warp_meshad._src.app.viewer import ViewerError
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "SUMMARY_COLUMNS",
     "App",
     "AppConfig",
+    "BatchReport",
     "ConfigError",
     "ConfigModel",
     "GridConfig",
@@ -40,10 +45,12 @@ __all__ = [
     "available_configs",
     "check_output_folder",
     "configs_root",
+    "find_meshes",
     "load_config",
     "output_folder",
     "parse_set",
     "resolve_device",
     "run",
+    "run_batch",
     "warmup",
 ]

@@ -16,26 +16,28 @@ __all__ = ["Progress", "stderr_log"]
 
 
 class Progress:
-    """A one-line progress bar of a run's steps on stderr.
+    """A one-line progress bar of a run's steps (or a batch's meshes) on stderr.
 
     Args:
         total: number of steps (at least 1 is shown).
         quiet: show nothing.
         stream: where to write (default ``sys.stderr``).
         interval_s: seconds between the plain lines written when ``stream`` is not a terminal.
+        unit: what is counted (``"step"``, ``"mesh"``).
     """
 
-    def __init__(self, total: int, quiet: bool = False, stream=None, interval_s: float = 5.0):
+    def __init__(self, total: int, quiet: bool = False, stream=None, interval_s: float = 5.0, unit: str = "step"):
         self.total = max(int(total), 1)
         self.quiet = quiet
         self.stream = stream if stream is not None else sys.stderr
         self.interval_s = interval_s
+        self.unit = unit
         self.start = time.perf_counter()
         self._last = -math.inf
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self._bar = None
         if self.tty and not quiet:
-            self._bar = tqdm(total=self.total, file=self.stream, unit="step", dynamic_ncols=True, leave=True)
+            self._bar = tqdm(total=self.total, file=self.stream, unit=unit, dynamic_ncols=True, leave=True)
 
     def update(self, done: int, text: str = "") -> None:
         """Show ``done`` steps of ``total`` with ``text`` (e.g. the energy) after the bar."""
@@ -53,7 +55,7 @@ class Progress:
             return
         self._last = now
         line = tqdm.format_meter(min(done, self.total), self.total, now - self.start, ncols=100, ascii=True,
-                                 unit="step", postfix=text or None)
+                                 unit=self.unit, postfix=text or None)
         self.stream.write(line + "\n")
         self.stream.flush()
 

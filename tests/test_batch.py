@@ -1,0 +1,149 @@
+"""``warp-meshad batch``: a scene over a dataset, in process and on Ray; bad meshes recorded, interrupted batches
+resumed without redoing finished meshes (param/patches at its test size on the shipped small dataset)."""
+
+import csv
+import json
+import pathlib
+import shutil
+import sys
+
+import pytest
+
+from warp_meshad import app as appmod
+from warp_meshad.__main__ import main
+from warp_meshad.app import ConfigError, find_meshes, load_config, run_batch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SMALL = ROOT / "assets" / "datasets" / "param_patches_small"
+GOOD = ["patch_001", "patch_003", "patch_010", "patch_019"]  # the smallest four (586 to 691 faces)
+BAD = {"nan": ("v nan 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\n", "NaN or infinite coordinates"),
+       # a closed tetrahedron: a valid mesh, but no disk for the Tutte embedding
+       "closed": ("v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 3 2\nf 1 2 4\nf 2 3 4\nf 1 4 3\n", "boundary")}
+
+
+def _dataset(folder: pathlib.Path) -> pathlib.Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in GOOD:
+        shutil.copy(SMALL / f"{name}.obj", folder / f"{name}.obj")
+    for name, (text, _) in BAD.items():
+        (folder / f"{name}.obj").write_text(text)
+    return folder
+
+
+def _config():
+    return load_config("param/patches", test=True, flags={"--device": {"device": "cpu"}})
+
+
+def _csv(path: pathlib.Path) -> dict:
+    return {r["name"]: r for r in csv.DictReader(open(path))}
+
+
+@pytest.fixture(scope="module")
+def in_process(tmp_path_factory):
+    """The six meshes in process, interrupted at the fifth (the two bad ones and two good ones finished), then
+    resumed."""
+    root = tmp_path_factory.mktemp("batch")
+    meshes, out = _dataset(root / "meshes"), root / "out"
+    from warp_meshad._src.app import runner
+
+    real, calls = runner.run_app, []
+
+    def interrupted(config, **kw):
+        calls.append(pathlib.Path(config.mesh).stem)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real(config, **kw)
+
+    runner.run_app = interrupted
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_batch(_config(), meshes, out, batch_size=2, quiet=True)
+    finally:
+        runner.run_app = real
+    first = _csv(out / "summary.csv")  # written after each mesh: the four before the interruption
+    report = run_batch(_config(), meshes, out, batch_size=2, quiet=True)
+    return meshes, out, first, report
+
+
+def test_bad_meshes_are_recorded_and_the_others_done(in_process):
+    meshes, out, _, report = in_process
+    rows = {r["name"]: r for r in report.rows}
+    assert [r["name"] for r in report.rows] == sorted(BAD) + GOOD  # the folder's files, sorted
+    assert report.counts == {"done": 4, "failed": 0, "error": 2} and not report.ok
+    for name, (_, why) in BAD.items():
+        assert rows[name]["status"] == "error" and why in rows[name]["error"], rows[name]
+        assert not (out / name / "metrics.json").exists()
+    for name in GOOD:
+        r = rows[name]
+        assert r["status"] == "done" and r["error"] == "", r
+        metrics = json.loads((out / name / "metrics.json").read_text())
+        assert metrics["check_final"] == "passed" and metrics["mesh"]["face_count"] == r["faces"]
+        assert r["iterations"] == metrics["iterations"] >= 1 and r["final_energy"] == metrics["final_energy"]
+        assert r["energy_per_area"] >= 4.0 and (out / name / "final.obj").is_file()
+    table = _csv(out / "summary.csv")
+    assert list(table) == [r["name"] for r in report.rows]
+    assert list(next(iter(table.values()))) == list(appmod.SUMMARY_COLUMNS)
+    assert (out / "summary.png").stat().st_size > 10_000
+
+
+def test_an_interrupted_batch_resumes_without_redoing_finished_meshes(in_process):
+    _, _, first, report = in_process
+    assert list(first) == sorted(BAD) + GOOD[:2]
+    ran = {r["name"]: r["ran"] for r in report.rows}
+    # the two finished good meshes are skipped; error rows have no outputs, so they run again
+    assert ran == {**dict.fromkeys(BAD, "now"), GOOD[0]: "earlier", GOOD[1]: "earlier", GOOD[2]: "now",
+                   GOOD[3]: "now"} and report.ran == 4
+    for name in GOOD[:2]:
+        assert {k: str(v) for k, v in {r["name"]: r for r in report.rows}[name].items() if k != "ran"} == {
+            k: v for k, v in first[name].items() if k != "ran"}
+
+
+def test_a_rerun_runs_only_the_meshes_without_complete_outputs(in_process, tmp_path):
+    meshes, out, _, report = in_process
+    done = {r["name"]: r for r in report.rows}
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    (copy / GOOD[1] / "metrics.json").unlink()  # an interrupted write: the mesh is not complete
+    again = run_batch(_config(), meshes, copy, quiet=True)
+    ran = {r["name"] for r in again.rows if r["ran"] == "now"}
+    assert ran == {GOOD[1], *BAD} and again.ran == 3
+    redone = {r["name"]: r for r in again.rows}[GOOD[1]]
+    assert (redone["iterations"], redone["final_energy"]) == (done[GOOD[1]]["iterations"],
+                                                               done[GOOD[1]]["final_energy"])
+
+
+def test_ray_workers_give_the_same_results(in_process, tmp_path):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'warp-meshad[batch]')")
+    meshes, _, _, report = in_process
+    on_ray = run_batch(_config(), meshes, tmp_path / "ray", workers=2, batch_size=2, quiet=True)
+    assert on_ray.engine == "ray" and on_ray.counts == report.counts
+    for a, b in zip(report.rows, on_ray.rows):
+        keys = ("name", "vertices", "faces", "iterations", "final_energy", "energy_per_area", "status")
+        assert [a[k] for k in keys] == [b[k] for k in keys]
+        assert (b["error"] != "") == (a["error"] != "")
+
+
+def test_find_meshes_reads_folders_globs_and_lists(tmp_path):
+    meshes = _dataset(tmp_path / "m")
+    names = lambda ps: [p.stem for p in ps]  # noqa: E731
+    assert names(find_meshes(meshes)) == sorted(BAD) + GOOD
+    assert names(find_meshes(str(meshes / "patch_*.obj"))) == GOOD
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"# two of them\nm/{GOOD[2]}.obj\n\n{meshes / GOOD[0]}.obj\n")
+    assert names(find_meshes(lst)) == [GOOD[2], GOOD[0]]
+    (tmp_path / "bad.txt").write_text("m/none.obj\n")
+    with pytest.raises(ConfigError, match="1 listed file not found"):
+        find_meshes(tmp_path / "bad.txt")
+    with pytest.raises(ConfigError, match="no mesh files"):
+        find_meshes(str(tmp_path / "*.obj"))
+
+
+def test_cli_batch_errors_exit_2(tmp_path, capsys, monkeypatch):
+    args = ["batch", "param/patches", "--test", "--device", "cpu", "--output", str(tmp_path / "o")]
+    assert main(args + ["--meshes", str(tmp_path / "nothing")]) == 2
+    assert "--meshes" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    assert main(args + ["--meshes", str(SMALL), "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'warp-meshad[batch]'" in err and "--workers 1" in err
+    assert not (tmp_path / "o" / "patch_000").exists()  # nothing ran

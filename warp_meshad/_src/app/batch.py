@@ -1,0 +1,447 @@
+"""Running one app scene over a dataset of meshes: :func:`run_batch` (``warp-meshad batch``).
+
+Each mesh is one run of the scene's config with ``mesh`` set to the file and ``output`` to ``<output>/<name>/``,
+through the same :func:`~warp_meshad._src.app.runner.run_app` that ``warp-meshad run`` uses (final mesh,
+``metrics.json``, ``convergence.png``; ``screenshot.png`` only when asked). The batch writes ``summary.csv`` (one row
+per mesh: :data:`SUMMARY_COLUMNS`) and ``summary.png``. A mesh whose folder already holds its final mesh and
+``metrics.json`` (written last, atomically) is not run again, so an interrupted batch resumes where it stopped. A bad
+mesh or a failed solve is recorded in its row (status ``error``, or ``failed`` when ``check_final`` failed) and the
+batch goes on; meshes with status ``error`` have no outputs and are tried again on a rerun.
+
+Meshes go to the workers in chunks of ``batch_size`` (:func:`run_chunk`: today a loop over the chunk's meshes; a
+batched solve of many meshes per kernel launch can replace that loop without touching the scheduling). With
+``workers == 1`` and no ``address`` the chunks run in this process; otherwise on Ray (``pip install ray``, imported
+only then): ``ray.init()`` starts a local Ray or joins the cluster at ``address``, and ``workers`` long-lived actors
+(each keeps its Warp kernels loaded) take the chunks, each asking for ``1 / workers`` of a GPU when the cluster has
+GPUs (several workers share one), one CPU otherwise.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import math
+import os
+import pathlib
+import time
+from dataclasses import dataclass, field
+
+from warp_meshad._src.app.config import AppConfig, ConfigError, finish_config
+from warp_meshad._src.app.outputs import check_output_folder
+from warp_meshad._src.app.progress import Progress, stderr_log
+from warp_meshad._src.plural import plural
+
+__all__ = ["SUMMARY_COLUMNS", "BatchReport", "find_meshes", "run_batch", "run_chunk"]
+
+MESH_SUFFIXES = (".obj", ".off", ".ply")
+SUMMARY_COLUMNS = ("name", "mesh", "vertices", "faces", "iterations", "final_energy", "energy_per_area", "seconds",
+                   "status", "error", "ran")
+WORKER_ENV = {"NCCL_NVLS_ENABLE": "0"}  # NVLink multicast off in every worker (NCCL hangs with it on some hosts)
+RAY_HINT = "pip install 'warp-meshad[batch]' (or pip install ray); --workers 1 runs in this process without Ray"
+
+
+@dataclass
+class BatchReport:
+    """What :func:`run_batch` did.
+
+    Attributes:
+        output: the batch's output folder.
+        rows: one dict per mesh (keys :data:`SUMMARY_COLUMNS`), in the order of the mesh list.
+        counts: number of rows by status (``done``, ``failed``, ``error``).
+        ran: meshes run by this call (the others were complete from an earlier run).
+        seconds: wall time of this call.
+        files: ``summary`` (csv) and ``plot`` (png, absent without matplotlib).
+        engine: ``"process"`` or ``"ray"``.
+    """
+
+    output: pathlib.Path
+    rows: list
+    counts: dict
+    ran: int
+    seconds: float
+    files: dict = field(default_factory=dict)
+    engine: str = "process"
+
+    @property
+    def ok(self) -> bool:
+        """Every mesh done (check_final passed)."""
+        return all(r["status"] == "done" for r in self.rows)
+
+
+def find_meshes(source) -> list[pathlib.Path]:
+    """The mesh files ``source`` names, in a fixed order.
+
+    Args:
+        source: a folder (its ``.obj``/``.off``/``.ply`` files, sorted by name), a glob pattern (``data/*.obj``,
+            ``data/**/*.obj``; sorted), a ``.txt`` list (one path per line, relative to the list's folder; blank
+            lines and ``#`` comments skipped; order kept), one mesh file, or a list of paths.
+
+    Raises:
+        ConfigError: key ``meshes``: nothing found, or a listed file missing.
+    """
+    if isinstance(source, (list, tuple)):
+        paths = [pathlib.Path(p).expanduser() for p in source]
+        where = "meshes"
+    else:
+        text = str(source)
+        where = f"--meshes {text}"
+        p = pathlib.Path(text).expanduser()
+        if p.is_dir():
+            paths = sorted(q for q in p.iterdir() if q.suffix.lower() in MESH_SUFFIXES and q.is_file())
+        elif p.is_file() and p.suffix.lower() == ".txt":
+            paths = []
+            for line in p.read_text().splitlines():
+                line = line.split("#", 1)[0].strip()
+                if line:
+                    q = pathlib.Path(line).expanduser()
+                    paths.append(q if q.is_absolute() else p.parent / q)
+        elif p.is_file():
+            paths = [p]
+        elif glob.has_magic(text):
+            paths = sorted(pathlib.Path(q) for q in glob.glob(os.path.expanduser(text), recursive=True)
+                           if pathlib.Path(q).suffix.lower() in MESH_SUFFIXES)
+        else:
+            raise ConfigError(where, "meshes", "expected a folder, a glob pattern, a .txt list or a mesh file; "
+                                               "nothing exists there")
+    if not paths:
+        raise ConfigError(where, "meshes", f"no mesh files ({'/'.join(MESH_SUFFIXES)}) found")
+    missing = [str(q) for q in paths if not q.is_file()]
+    if missing:
+        raise ConfigError(where, "meshes", f"{plural(len(missing), 'listed file')} not found: {missing[0]}")
+    return [q.absolute() for q in paths]
+
+
+def _items(meshes: list[pathlib.Path], output: pathlib.Path) -> list[dict]:
+    """One work item per mesh: its name (the file's stem, made unique with ``_2``, ``_3``...), file and folder."""
+    seen: dict[str, int] = {}
+    items = []
+    for m in meshes:
+        name = m.stem
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            name = f"{name}_{seen[name]}"
+        items.append({"name": name, "mesh": str(m), "folder": str(output / name)})
+    return items
+
+
+def _complete(item: dict, mesh_format: str) -> dict | None:
+    """The metrics of a mesh whose outputs are complete (final mesh and metrics.json), else None."""
+    folder = pathlib.Path(item["folder"])
+    metrics = folder / "metrics.json"
+    if not (metrics.is_file() and (folder / f"final.{mesh_format}").is_file()):
+        return None
+    try:
+        return json.loads(metrics.read_text())
+    except (OSError, ValueError):  # unreadable: run it again
+        return None
+
+
+def _row(item: dict, metrics: dict | None = None, error: str = "", seconds: float | None = None,
+         ran: str = "now") -> dict:
+    row = dict.fromkeys(SUMMARY_COLUMNS, "")
+    row.update(name=item["name"], mesh=item["mesh"], ran=ran, error=error)
+    if metrics is None:
+        row.update(status="error", seconds=seconds)
+        return row
+    check = str(metrics.get("check_final", ""))
+    t = metrics.get("time_ms", {})
+    row.update(vertices=metrics["mesh"]["vertex_count"], faces=metrics["mesh"]["face_count"],
+               iterations=metrics["iterations"], final_energy=metrics["final_energy"],
+               energy_per_area=metrics.get("energy_per_area", ""),
+               seconds=sum(t.get(k, 0.0) for k in ("setup", "run", "outputs")) / 1000.0,
+               status="done" if check == "passed" else "failed",
+               error="" if check == "passed" else check.removeprefix("failed: "))
+    return row
+
+
+def _mesh_config(base: AppConfig, item: dict) -> AppConfig:
+    """The base config with ``mesh`` set to the item's file and ``output`` to its folder (as ``run --set mesh=``)."""
+    config = base.model_copy(update={
+        "mesh": item["mesh"], "output": item["folder"],
+        "origins": {**base.origins, "mesh": f"--meshes {item['mesh']}", "output": f"--output {item['folder']}"}})
+    return finish_config(config)
+
+
+def run_chunk(config: AppConfig, items: list[dict], on_row=None) -> list[dict]:
+    """Run the meshes of one chunk with ``config`` and return their summary rows (the unit of work of a worker).
+
+    Each mesh is one :func:`~warp_meshad._src.app.runner.run_app` (quiet); any exception is caught into its row
+    (status ``error``); a ``check_final`` failure gives status ``failed`` with the outputs written. A batched solve of
+    the whole chunk can replace this loop.
+
+    Args:
+        config: the scene's config (``mesh`` and ``output`` are replaced per mesh).
+        items: ``{"name", "mesh", "folder"}`` per mesh.
+        on_row: ``on_row(row)`` after each mesh.
+    """
+    from warp_meshad._src.app.runner import run_app
+
+    rows = []
+    for item in items:
+        t0 = time.perf_counter()
+        try:
+            report = run_app(_mesh_config(config, item), quiet=True, check=True)
+            row = _row(item, report.metrics)
+        except AssertionError:  # check_final failed: outputs written, metrics say why
+            row = _row(item, _complete(item, config.mesh_format))
+            if row["status"] == "error":
+                row["error"] = "check_final failed and metrics.json is unreadable"
+        except ConfigError as exc:  # a bad mesh (the MeshError's message) or folder
+            row = _row(item, error=exc.detail if exc.key == "mesh" else str(exc),
+                       seconds=time.perf_counter() - t0)
+        except Exception as exc:  # a failed solve: keep going
+            row = _row(item, error=f"{type(exc).__name__}: {exc}", seconds=time.perf_counter() - t0)
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    return rows
+
+
+# -- engines -----------------------------------------------------------------------------------------------------------
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _config_payload(config: AppConfig) -> tuple[str, dict]:
+    """The config as (app name, plain dict): rebuilt in a worker without pickling the app's class."""
+    return config.app, config.model_dump()
+
+
+def _config_from_payload(payload: tuple[str, dict]) -> AppConfig:
+    from warp_meshad._src.app.registry import app_class
+
+    name, data = payload
+    return app_class(name).config_class(**data)
+
+
+class _BatchWorker:
+    """A Ray actor's body: builds the config once, then runs chunk after chunk (kernels stay loaded)."""
+
+    def __init__(self, payload, verbose: bool = False):
+        os.environ.update(WORKER_ENV)
+        import warp as wp
+
+        if not verbose:
+            wp.config.log_level = wp.LOG_WARNING
+        self.config = _config_from_payload(payload)
+
+    def run(self, items: list[dict]) -> list[dict]:
+        return run_chunk(self.config, items)
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ImportError(f"--workers > 1 and --address run the batch on Ray, which is not installed: "
+                          f"{RAY_HINT}") from None
+    return ray
+
+
+def _run_ray(config: AppConfig, chunks: list[list[dict]], workers: int, address: str | None, on_rows, log,
+             verbose: bool) -> None:
+    ray = _import_ray()
+    env = {**WORKER_ENV, **{k: os.environ[k] for k in ("WARP_CACHE_PATH", "WARP_MESHAD_CACHE_PATH", "PYTHONPATH")
+                            if k in os.environ}}
+    started = False
+    if not ray.is_initialized():
+        ray.init(address=address, runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=verbose,
+                 logging_level="ERROR")
+        started = True
+    try:
+        gpus = float(ray.cluster_resources().get("GPU", 0.0))
+        workers = max(1, min(workers, len(chunks)))
+        options = {"num_cpus": 1}
+        if gpus > 0:
+            options = {"num_cpus": 1, "num_gpus": min(1.0, gpus / workers)}
+        log(f"Ray: {plural(workers, 'worker')} ({'%.3g GPU' % options['num_gpus'] if gpus else '1 CPU'} each), "
+            f"{plural(len(chunks), 'chunk')}")
+        actor_cls = ray.remote(**options)(_BatchWorker)
+        payload = _config_payload(config)
+        actors = [actor_cls.remote(payload, verbose) for _ in range(workers)]
+        queue = list(chunks)
+        pending = {}
+        for actor in actors:
+            if queue:
+                pending[actor.run.remote(queue.pop(0))] = actor
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                actor = pending.pop(ref)
+                on_rows(ray.get(ref))
+                if queue:
+                    pending[actor.run.remote(queue.pop(0))] = actor
+        for actor in actors:
+            ray.kill(actor)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# -- summary -----------------------------------------------------------------------------------------------------------
+
+
+def write_summary_csv(path: pathlib.Path, rows: list[dict]) -> None:
+    """``summary.csv``: :data:`SUMMARY_COLUMNS`, one row per mesh."""
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=SUMMARY_COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in SUMMARY_COLUMNS})
+    os.replace(tmp, path)
+
+
+def write_summary_plot(path: pathlib.Path, rows: list[dict], title: str) -> bool:
+    """``summary.png``: the final E / A (else final energy) histogram, time against face count (failures as red
+    crosses), and the count of each status. False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+
+    def num(v):
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            return math.nan
+        return x
+
+    ok = [r for r in rows if r["status"] == "done"]
+    bad = [r for r in rows if r["status"] != "done"]
+    use_ratio = any(math.isfinite(num(r["energy_per_area"])) for r in ok)
+    key, label = ("energy_per_area", "final E / A") if use_ratio else ("final_energy", "final energy")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    vals = [num(r[key]) for r in ok]
+    vals = [v for v in vals if math.isfinite(v)]
+    ax = axes[0]
+    if vals:
+        ax.hist(vals, bins=min(40, max(5, len(vals) // 3)), color="tab:blue")
+    ax.set_xlabel(label)
+    ax.set_ylabel("meshes")
+    ax.set_title(f"{label} of {plural(len(vals), 'finished mesh', 'finished meshes')}")
+    ax = axes[1]
+    xs, ys = [num(r["faces"]) for r in ok], [num(r["seconds"]) for r in ok]
+    ax.scatter(xs, ys, s=12, color="tab:blue", label="done")
+    fx = [num(r["faces"]) for r in bad]
+    fy = [num(r["seconds"]) for r in bad]
+    fx = [x if math.isfinite(x) else (min(xs) if xs else 1.0) for x in fx]  # unknown size: at the left edge
+    if bad:
+        ax.scatter(fx, fy, s=40, marker="x", color="tab:red", label="failed / error")
+        ax.legend()
+    if xs or fx:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlabel("faces")
+    ax.set_ylabel("time per mesh [s]")
+    ax.set_title("time against mesh size")
+    ax = axes[2]
+    statuses = ["done", "failed", "error"]
+    counts = [sum(r["status"] == s for r in rows) for s in statuses]
+    bars = ax.bar(statuses, counts, color=["tab:blue", "tab:orange", "tab:red"])
+    ax.bar_label(bars)
+    ax.set_title(f"status of {plural(len(rows), 'mesh', 'meshes')}")
+    fig.suptitle(title)
+    fig.tight_layout()
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return True
+
+
+# -- the batch -----------------------------------------------------------------------------------------------------------
+
+
+def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str | None = None, batch_size: int = 4,
+              screenshots: bool = False, quiet: bool = False, verbose: bool = False, log=None) -> BatchReport:
+    """Run ``config`` (a scene) on every mesh of ``meshes`` and write the per-mesh outputs and the summary.
+
+    Args:
+        config: the scene's config (from :func:`~warp_meshad._src.app.loader.load_config`; its ``mesh`` and
+            ``output`` are replaced per mesh).
+        meshes: a folder, a glob, a ``.txt`` list, one file, or a list of paths (:func:`find_meshes`).
+        output: the batch's folder: ``<output>/<name>/`` per mesh, ``summary.csv``, ``summary.png``.
+        workers: 1: in this process (unless ``address``); more: that many Ray actors.
+        address: a Ray cluster to join (``"auto"``, ``"ray://host:10001"``); None: a local Ray when ``workers > 1``.
+        batch_size: meshes per chunk (a worker's unit of work).
+        screenshots: render each mesh's ``screenshot.png`` (slow; off by default).
+        quiet: no progress bar and no messages.
+        verbose: show Warp's messages and, on Ray, the workers' output.
+        log: ``log(text)`` for messages; default: stderr unless quiet.
+
+    Returns:
+        :class:`BatchReport`.
+
+    Raises:
+        ConfigError: bad ``meshes``, ``output``, ``workers`` or ``batch_size`` (nothing run).
+        ImportError: Ray is needed (``workers > 1`` or ``address``) and not installed; the message says how.
+    """
+    if log is None:
+        log = stderr_log(quiet)
+    if not (isinstance(workers, int) and workers >= 1):
+        raise ConfigError("--workers", "workers", f"expected an int >= 1, got {workers!r}")
+    if not (isinstance(batch_size, int) and batch_size >= 1):
+        raise ConfigError("--batch-size", "batch_size", f"expected an int >= 1, got {batch_size!r}")
+    use_ray = workers > 1 or address is not None
+    if use_ray:
+        _import_ray()  # before any work: say how to install it
+    out = check_output_folder(output, "--output")
+    paths = find_meshes(meshes)
+    config = config.model_copy(update={"screenshot": bool(screenshots), "viewer": False})
+    items = _items(paths, out)
+    rows: dict[str, dict] = {}
+    todo = []
+    for item in items:
+        metrics = _complete(item, config.mesh_format)
+        if metrics is None:
+            todo.append(item)
+        else:
+            rows[item["name"]] = _row(item, metrics, ran="earlier")
+    t0 = time.perf_counter()
+    log(f"{config.app}/{config.scene}: {plural(len(items), 'mesh', 'meshes')}, {len(rows)} complete from an earlier "
+        f"run, {len(todo)} to run {'on Ray' if use_ray else 'in this process'} -> {out}")
+    summary = out / "summary.csv"
+    progress = Progress(len(items), quiet=quiet, unit="mesh")
+    progress.update(len(rows), "")
+    order = [it["name"] for it in items]
+
+    def ordered():
+        return [rows[n] for n in order if n in rows]
+
+    def on_rows(new):
+        for r in new:
+            rows[r["name"]] = r
+        bad = sum(r["status"] != "done" for r in rows.values())
+        progress.update(len(rows), f"{bad} failed" if bad else "")
+        write_summary_csv(summary, ordered())  # after every chunk: an interrupted batch keeps its table
+
+    chunks = _chunks(todo, batch_size)
+    if use_ray and chunks:
+        _run_ray(config, chunks, workers, address, on_rows, log, verbose)
+    else:
+        for chunk in chunks:
+            run_chunk(config, chunk, on_row=lambda r: on_rows([r]))
+    final = ordered()
+    write_summary_csv(summary, final)
+    files = {"summary": summary}
+    plot = out / "summary.png"
+    title = f"{config.app}/{config.scene}: {plural(len(final), 'mesh', 'meshes')}"
+    if write_summary_plot(plot, final, title):
+        files["plot"] = plot
+    else:
+        log("summary.png skipped: matplotlib is not installed (pip install matplotlib)")
+    counts = {s: sum(r["status"] == s for r in final) for s in ("done", "failed", "error")}
+    seconds = time.perf_counter() - t0
+    log(f"{counts['done']} done, {counts['failed']} failed, {counts['error']} errors; {len(todo)} run now in "
+        f"{seconds:.1f} s; wrote {', '.join(p.name for p in files.values())} to {out}")
+    for r in final:
+        if r["status"] != "done":
+            log(f"  {r['name']}: {r['status']}: {r['error']}")
+    return BatchReport(out, final, counts, len(todo), seconds, files, "ray" if use_ray else "process")
