@@ -35,8 +35,9 @@ from warp_meshad.dynamics import add_inertia_gravity, predict_positions, update_
 from warp_meshad.kernels.energies import (
     ArapTetData,
     StableNeoHookeanData,
-    arap_tet,
-    stable_neo_hookean,
+    arap_tet_F,
+    stable_neo_hookean_F,
+    stable_neo_hookean_F_hessian_proj,
     stable_neo_hookean_lame,
 )
 
@@ -73,10 +74,13 @@ class ElasticConfig(AppConfig):
         bar: size of the generated bar.
         dtype: only ``"float64"`` (the tet energies are float64).
         solver: only ``"newton"`` (projected Newton, ``linear_solver``).
-        project_hessian: project element Hessians to PSD (projected Newton; the elastic Hessians are indefinite).
-        material: ``"stable_neo_hookean"`` (:func:`...energies.stable_neo_hookean`, with its Lame
-            reparametrization of ``young`` and ``poisson``) or ``"arap"`` (:func:`...energies.arap_tet` with
-            mu = young / (2 (1 + poisson))).
+        project_hessian: project element Hessians to PSD (projected Newton; the elastic Hessians are indefinite):
+            the 9 x 9 Hessian in F of each tet, in closed form for stable Neo-Hookean
+            (:func:`...energies.stable_neo_hookean_F_hessian_proj`), by a Jacobi eigen-decomposition for ARAP.
+        material: ``"stable_neo_hookean"`` (:func:`...energies.stable_neo_hookean_F`, with its Lame
+            reparametrization of ``young`` and ``poisson``) or ``"arap"`` (:func:`...energies.arap_tet_F` with
+            mu = young / (2 (1 + poisson))); both as energies of the deformation gradient
+            (``Problem.add_deformation_term``).
         young: Young's modulus Y [Pa]; poisson: Poisson's ratio nu.
         density: mass density [kg/m^3].
         time_step: h [s].
@@ -236,15 +240,17 @@ class App(_AppBase):
             self.mu, self.lam = stable_neo_hookean_lame(c.young, c.poisson)
             elastic = StableNeoHookeanData()
             elastic.lam = wp.float64(self.lam)
-            energy = stable_neo_hookean
+            energy, projection = stable_neo_hookean_F, stable_neo_hookean_F_hessian_proj  # analytic eigensystem
         else:
             self.mu, self.lam = c.young / (2.0 * (1.0 + c.poisson)), 0.0
             elastic = ArapTetData()
-            energy = arap_tet
+            energy, projection = arap_tet_F, None  # Jacobi on the 9 x 9 F Hessian
         elastic.mu = wp.float64(self.mu)
         elastic.rest_inverse = wp.array(mesh.rest_matrix_inverses(), dtype=wp.mat33d, device=dev)
         elastic.volume = wp.array(self.rest_volumes, dtype=wp.float64, device=dev)
-        self.problem.add_term(mesh.tets, energy, elastic, name=c.material)
+        # energies of F (9 duals, dF/dx applied by the toolkit): the projected Hessian projects the F Hessian
+        self.problem.add_deformation_term(mesh.tets, energy, rest_inverse=elastic.rest_inverse, data=elastic,
+                                          name=c.material, projection=projection)  # fmt: skip
 
         self.x = wp.array(self.x0, dtype=wp.vec3d, device=dev)
         self.v = wp.zeros(n, dtype=wp.vec3d, device=dev)
