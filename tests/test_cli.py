@@ -254,11 +254,11 @@ def test_warmup_builds_and_steps_without_writing(tmp_path, monkeypatch, capsys):
     assert "config file not found" in capsys.readouterr().err
 
 
-def test_warmup_help_names_the_subcommand(capsys):
+def test_help_names_every_subcommand(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--help"])
     assert info.value.code == 0
-    assert "{run,warmup,list}" in capsys.readouterr().out
+    assert "{run,warmup,batch,list}" in capsys.readouterr().out
 
 
 def test_the_summary_line_counts_in_words(tmp_path, capsys):
