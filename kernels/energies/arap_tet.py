@@ -82,10 +82,8 @@ def _signed_singular_value_sum(f1: Any, f2: Any, f3: Any, ic: Any, ii: Any, j: A
 
 
 @wp.func
-def arap_tet(t: int, x0: Any, x1: Any, x2: Any, x3: Any, data: ArapTetData):
-    """mu V_t (I_C - 2 I_1 + 3): I_C = |F|^2, I_1 the sum of the signed singular values of F."""
-    dinv = data.rest_inverse[t]
-    f1, f2, f3 = tet_deformation_columns(x0, x1, x2, x3, dinv)  # columns of F = D_s D_m^-1
+def _arap_density(f1: Any, f2: Any, f3: Any):
+    """I_C - 2 I_1 + 3 of F = [f1, f2, f3] (its columns): |F - R(F)|^2, R(F) the closest rotation."""
     c1 = ad.cross(f2, f3)  # columns of cof F
     c2 = ad.cross(f3, f1)
     c3 = ad.cross(f1, f2)
@@ -93,7 +91,15 @@ def arap_tet(t: int, x0: Any, x1: Any, x2: Any, x3: Any, data: ArapTetData):
     ii = ad.dot(c1, c1) + ad.dot(c2, c2) + ad.dot(c3, c3)
     j = ad.dot(f1, c1)
     i1 = _signed_singular_value_sum(f1, f2, f3, ic, ii, j)
-    return data.mu * data.volume[t] * (ic - 2.0 * i1 + 3.0)
+    return ic - 2.0 * i1 + 3.0
+
+
+@wp.func
+def arap_tet(t: int, x0: Any, x1: Any, x2: Any, x3: Any, data: ArapTetData):
+    """mu V_t (I_C - 2 I_1 + 3): I_C = |F|^2, I_1 the sum of the signed singular values of F."""
+    dinv = data.rest_inverse[t]
+    f1, f2, f3 = tet_deformation_columns(x0, x1, x2, x3, dinv)  # columns of F = D_s D_m^-1
+    return data.mu * data.volume[t] * _arap_density(f1, f2, f3)
 
 
 @wp.func
@@ -102,11 +108,4 @@ def arap_tet_F(t: int, F: Any, data: ArapTetData):
     f1 = ad.vec3(F[0, 0], F[1, 0], F[2, 0])  # columns of F
     f2 = ad.vec3(F[0, 1], F[1, 1], F[2, 1])
     f3 = ad.vec3(F[0, 2], F[1, 2], F[2, 2])
-    c1 = ad.cross(f2, f3)  # columns of cof F
-    c2 = ad.cross(f3, f1)
-    c3 = ad.cross(f1, f2)
-    ic = ad.dot(f1, f1) + ad.dot(f2, f2) + ad.dot(f3, f3)
-    ii = ad.dot(c1, c1) + ad.dot(c2, c2) + ad.dot(c3, c3)
-    j = ad.dot(f1, c1)
-    i1 = _signed_singular_value_sum(f1, f2, f3, ic, ii, j)
-    return data.mu * data.volume[t] * (ic - 2.0 * i1 + 3.0)
+    return data.mu * data.volume[t] * _arap_density(f1, f2, f3)
