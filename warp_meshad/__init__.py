@@ -18,6 +18,8 @@ from ._src.solve.linear import LinearSolveError, LinearSolveInfo, LinearSolver, 
 from ._src.mesh.locality import locality_order
 from ._src.solve.implicit import implicit_gradient
 from ._src.problem.problem import Problem
+from ._src.problem.batch import ProblemBatch
+from ._src.solve.batch_solver import BatchNewtonSolver, BatchSolveResult
 from ._src.solve.device_loop import DeviceLoop
 from ._src.problem.tiled import TileConfig
 from ._src.solve.solvers import (
@@ -34,6 +36,8 @@ from ._src.mesh.tutte import tutte_embedding
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchNewtonSolver",
+    "BatchSolveResult",
     "DeviceLoop",
     "EnergyError",
     "GaussNewtonSolver",
@@ -47,6 +51,7 @@ __all__ = [
     "NewtonHooks",
     "NewtonSolver",
     "Problem",
+    "ProblemBatch",
     "SolveResult",
     "TetMesh",
     "TileConfig",

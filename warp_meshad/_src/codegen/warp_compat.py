@@ -30,6 +30,7 @@ __all__ = [
     "register_function",
     "seed_module_hash",
     "set_matrix_pattern_version",
+    "struct_fields",
     "struct_type",
     "type_code",
 ]
@@ -49,6 +50,14 @@ def struct_type(instance):
     Warp 1.19: an instance keeps it in the private attribute ``_cls``.
     """
     return instance._cls
+
+
+def struct_fields(stype) -> list[tuple[str, object]]:
+    """The ``(name, type)`` of every field of a ``@wp.struct`` type, in declaration order.
+
+    Warp 1.19: a ``warp.codegen.Struct`` keeps its fields in ``vars`` (name -> ``Var``, whose ``type`` is the field's).
+    """
+    return [(name, var.type) for name, var in stype.vars.items()]
 
 
 def generate_module_code(module) -> None:

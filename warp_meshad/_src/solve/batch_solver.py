@@ -1,0 +1,346 @@
+"""Projected Newton over a :class:`~warp_meshad.ProblemBatch`: B meshes in one loop, each with its own stops.
+
+Each round evaluates energy, gradient and Hessian of all meshes with one launch per term, solves the one block-diagonal
+Newton system (one analysis and factorization for the batch), then makes per mesh the decisions
+:class:`~warp_meshad.NewtonSolver` makes for one mesh: gradient-norm stop, descent test (``-g`` fallback), Newton
+decrement stop, Armijo backtracking with its own step size, energy-change stop. The trial points of all meshes'
+line searches are evaluated together (one launch per try round; a mesh whose step is already accepted keeps its
+step). A mesh that has stopped is pinned (its variables become Dirichlet rows of the system, its step 0): it no
+longer moves and cannot disturb the others. The batch stops when every mesh has stopped. Per-mesh energies, gradient
+norms and directional derivatives are segmented reductions on the device, read as B numbers per evaluation.
+
+Each mesh's :class:`~warp_meshad.SolveResult` then equals its single-mesh solve up to round-off (the sums run in
+another order), with the same stop reasons.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import warp as wp
+
+from warp_meshad._src.plural import plural
+from warp_meshad._src.problem.batch import ProblemBatch
+from warp_meshad._src.solve.constraints import fixed_indices, zero_fixed_rows
+from warp_meshad._src.solve.linear import LinearSolver
+from warp_meshad._src.solve.solvers import NewtonSolver, SolveResult, _check_projection
+from warp_meshad._src.solve.vector_ops import check_finite_variables
+
+__all__ = ["BatchNewtonSolver", "BatchSolveResult"]
+
+
+@wp.kernel(enable_backward=False, module="unique")
+def _batch_axpy(x: wp.array(dtype=Any), d: wp.array(dtype=Any), alpha: wp.array(dtype=Any),
+                mesh_of: wp.array(dtype=wp.int32), out: wp.array(dtype=Any)):  # fmt: skip
+    # one thread per variable: out = x + alpha[its mesh] * d
+    i = wp.tid()
+    out[i] = x[i] + alpha[mesh_of[i]] * d[i]
+
+
+@wp.kernel(enable_backward=False, module="unique")
+def _batch_negate_where(g: wp.array(dtype=Any), flag: wp.array(dtype=wp.int32), mesh_of: wp.array(dtype=wp.int32),
+                        d: wp.array(dtype=Any)):  # fmt: skip
+    # one thread per variable: d = -g on the meshes flagged (steepest-descent fallback)
+    i = wp.tid()
+    if flag[mesh_of[i]] != 0:
+        d[i] = -g[i]
+
+
+@wp.kernel(enable_backward=False, module="unique")
+def _pin_mask(base: wp.array(dtype=wp.int32), stopped: wp.array(dtype=wp.int32), mesh_of: wp.array(dtype=wp.int32),
+              mask: wp.array(dtype=wp.int32)):  # fmt: skip
+    # one thread per variable: pinned by the user, or its mesh has stopped
+    i = wp.tid()
+    mask[i] = wp.where(base[i] != 0 or stopped[mesh_of[i]] != 0, 1, 0)
+
+
+@dataclass
+class BatchSolveResult:
+    """Outcome of :meth:`BatchNewtonSolver.solve`.
+
+    Attributes:
+        results: one :class:`~warp_meshad.SolveResult` per mesh (its ``x`` mesh b's final variables, a new wp.array;
+            ``time_ms`` empty: the phases are the batch's).
+        x: the final merged variables (a new wp.array).
+        rounds: loop rounds taken (the most iterations of any mesh, plus the last evaluation).
+        time_ms: milliseconds per phase of the whole batch: ``derivatives``, ``linear_solve``, ``line_search``,
+            ``total``.
+        linear_solver: the back-end's name.
+    """
+
+    results: list
+    x: wp.array
+    rounds: int = 0
+    time_ms: dict = field(default_factory=lambda: {"derivatives": 0.0, "linear_solve": 0.0, "line_search": 0.0})
+    linear_solver: str | None = None
+
+    @property
+    def converged(self) -> list[bool]:
+        """Per mesh, whether a convergence test stopped it."""
+        return [r.converged for r in self.results]
+
+    @property
+    def iterations(self) -> list[int]:
+        """Per mesh, its iterations."""
+        return [r.iterations for r in self.results]
+
+    @property
+    def energies(self) -> np.ndarray:
+        """Per mesh, its final energy (float64 numpy [B])."""
+        return np.array([r.energies[-1] if r.energies else math.nan for r in self.results])
+
+
+class BatchNewtonSolver:
+    """Newton / projected Newton on a :class:`~warp_meshad.ProblemBatch`, with per-mesh stops and line searches.
+
+    The settings mean what they mean for :class:`~warp_meshad.NewtonSolver` and apply to every mesh.
+
+    Args:
+        batch: the :class:`~warp_meshad.ProblemBatch`.
+        linear_solver: back-end name or :class:`~warp_meshad.LinearSolver` (``"auto"``: cuDSS on a GPU where
+            installed); it factors the block-diagonal system of all meshes.
+        project_hessian, projection, projection_eps: as :class:`~warp_meshad.NewtonSolver`.
+        fixed: per mesh, the indices of its pinned variables (None for none), or None.
+        linear_solver_options, shrink, max_line_search_tries, armijo_c: as :class:`~warp_meshad.NewtonSolver`.
+    """
+
+    def __init__(
+        self,
+        batch: ProblemBatch,
+        linear_solver: str | LinearSolver = "auto",
+        project_hessian: bool = True,
+        projection: str = "clamp",
+        projection_eps: float = 1e-9,
+        fixed=None,
+        linear_solver_options: dict | None = None,
+        shrink: float = 0.8,
+        max_line_search_tries: int = 64,
+        armijo_c: float = 1e-4,
+    ):
+        if not isinstance(batch, ProblemBatch):
+            raise TypeError(f"BatchNewtonSolver(batch=...): expected a ProblemBatch, got {type(batch).__name__}")
+        _check_projection(projection)
+        if not 0.0 < shrink < 1.0:
+            raise ValueError(f"BatchNewtonSolver(shrink=...): expected a value in (0, 1), got {shrink}")
+        if not 0.0 < armijo_c < 1.0:
+            raise ValueError(f"BatchNewtonSolver(armijo_c=...): expected a value in (0, 1), got {armijo_c}")
+        if int(max_line_search_tries) < 1:
+            raise ValueError(f"BatchNewtonSolver(max_line_search_tries=...): expected >= 1, got {max_line_search_tries}")
+        self.batch = batch
+        p = batch.problem
+        B, n = batch.size, p.variable_count
+        user_fixed = None if fixed is None else fixed_indices(batch.join_indices(fixed))
+        base = np.zeros(n, dtype=np.int32)
+        if user_fixed is not None:
+            base[user_fixed] = 1
+        # the driver owns the Hessian and the linear solve; its pin mask is ours (user pins + stopped meshes)
+        self._newton = NewtonSolver(p, linear_solver=linear_solver, project_hessian=project_hessian,
+                                    projection=projection, projection_eps=projection_eps,
+                                    linear_solver_options=linear_solver_options)  # fmt: skip
+        self.linear_solver = self._newton.linear_solver
+        self.shrink = float(shrink)
+        self.max_line_search_tries = int(max_line_search_tries)
+        self.armijo_c = float(armijo_c)
+        dev = p.device
+        self._base_mask = wp.array(base, dtype=wp.int32, device=dev)
+        self._mask = wp.array(base, dtype=wp.int32, device=dev)
+        self._stopped = wp.zeros(B, dtype=wp.int32, device=dev)
+        self._newton.fixed_mask = self._mask
+        self._newton._alloc("x", "trial", "g", "d")
+        self._alpha = wp.zeros(B, dtype=p.dtype, device=dev)
+        self._flag = wp.zeros(B, dtype=wp.int32, device=dev)
+        self._per_mesh = wp.zeros(B, dtype=p.dtype, device=dev)
+
+    def _update_mask(self, stopped: np.ndarray) -> None:
+        self._stopped.assign(stopped.astype(np.int32))
+        wp.launch(_pin_mask, dim=self._mask.shape[0], inputs=[self._base_mask, self._stopped,
+                  self.batch.mesh_of_variable, self._mask], device=self._mask.device)  # fmt: skip
+
+    def _axpy(self, out, x, alphas: np.ndarray, d) -> None:
+        self._alpha.assign(alphas.astype(np.float64 if self.batch.dtype == wp.float64 else np.float32))
+        wp.launch(_batch_axpy, dim=x.shape[0], inputs=[x, d, self._alpha, self.batch.mesh_of_variable, out],
+                  device=x.device)  # fmt: skip
+
+    def _energies(self) -> np.ndarray:
+        return self.batch.energies_into(self._per_mesh).numpy().astype(np.float64)
+
+    def _dots(self, a, c) -> np.ndarray:
+        return self.batch.dot_per_mesh(a, c, self._per_mesh).numpy().astype(np.float64)
+
+    def solve(
+        self,
+        x: wp.array,
+        max_iterations: int = 100,
+        tolerance: float = 1e-6,
+        gradient_tolerance: float | None = None,
+        energy_tolerance: float = 1e-12,
+        callback: Callable[[int, wp.array, np.ndarray], Any] | None = None,
+        check_finite: bool = True,
+    ) -> BatchSolveResult:
+        """Minimize every mesh's energy from the merged start ``x`` (see :meth:`ProblemBatch.join`).
+
+        Args:
+            x: merged start point, wp.array [batch.variable_count] of the variable dtype on the batch's device (not
+                modified).
+            max_iterations, tolerance, gradient_tolerance, energy_tolerance, check_finite: as
+                :meth:`~warp_meshad.NewtonSolver.solve`, per mesh.
+            callback: optional ``callback(round, x, energies)`` after every round's steps (``energies`` float64 [B]);
+                returning True stops every mesh still running (reason ``"callback"``).
+
+        Returns:
+            :class:`BatchSolveResult`.
+        """
+        batch, p, nt = self.batch, self.batch.problem, self._newton
+        nt._check_x(x)
+        if check_finite:
+            check_finite_variables(x, "BatchNewtonSolver.solve(x=...)")
+        if int(max_iterations) < 0:
+            raise ValueError(f"max_iterations: expected >= 0, got {max_iterations}")
+        if not tolerance >= 0.0 or not energy_tolerance >= 0.0:
+            raise ValueError(f"tolerance, energy_tolerance: expected >= 0, got {tolerance}, {energy_tolerance}")
+        gtol = float(tolerance if gradient_tolerance is None else gradient_tolerance)
+        max_it = int(max_iterations)
+        B = batch.size
+        dev = p.device
+        wp.synchronize_device(dev)
+        t_start = time.perf_counter()
+        out = BatchSolveResult(results=[SolveResult(x=None, linear_solver=self.linear_solver.name, time_ms={})
+                                        for _ in range(B)], x=None, linear_solver=self.linear_solver.name)  # fmt: skip
+        res = out.results
+        times = out.time_ms
+        stopped = np.zeros(B, dtype=bool)
+        self._update_mask(stopped)
+        xk = nt._buf("x")
+        wp.copy(xk, x)
+        f = np.full(B, math.nan)
+        started = np.zeros(B, dtype=bool)
+
+        def stop(b: int, reason: str, converged: bool = False) -> None:
+            stopped[b] = True
+            res[b].reason = reason
+            res[b].converged = converged
+
+        for it in range(max_it + 1):
+            if stopped.all():
+                break
+            out.rounds += 1
+            t0 = time.perf_counter()
+            if it == max_it and it > 0:
+                _, g_p = p.eval_with_gradient(xk)  # past the cap: gradient norms only
+            else:
+                _, g_p, H = nt._hessian(xk)
+            f_eval = self._energies()
+            g = nt._keep_gradient(g_p)
+            gn = np.sqrt(np.maximum(self._dots(g, g), 0.0))
+            times["derivatives"] += (time.perf_counter() - t0) * 1000.0
+            for b in np.flatnonzero(~stopped):
+                if not started[b]:
+                    started[b] = True
+                    f[b] = f_eval[b]
+                    res[b].energies.append(float(f[b]))
+                if not math.isfinite(f[b]):
+                    stop(b, "non_finite_energy")
+                    continue
+                res[b].gradient_norms.append(float(gn[b]))
+                if not math.isfinite(gn[b]):
+                    stop(b, "non_finite_gradient")
+                elif gn[b] <= gtol:
+                    stop(b, "gradient_norm", True)
+                elif it == max_it:
+                    stop(b, "max_iterations")
+            if stopped.all():
+                break
+
+            t0 = time.perf_counter()
+            self._update_mask(stopped)  # stopped meshes: Dirichlet rows, d = 0 there
+            nt._H = H
+            linear = SolveResult(x=None)
+            failed = nt._direction(xk, g, linear) is not None
+            d = nt._buf("d")
+            dd = self._dots(g, d)
+            times["linear_solve"] += (time.perf_counter() - t0) * 1000.0
+            active = np.flatnonzero(~stopped)
+            fallback = np.zeros(B, dtype=np.int32)
+            for b in active:
+                r = res[b]
+                r.linear_iterations.append(linear.linear_iterations[-1])
+                r.linear_converged.append(linear.linear_converged[-1])
+                r.linear_solves_capped += linear.linear_solves_capped
+                if failed:
+                    why = "linear_solve_failed"
+                elif not math.isfinite(dd[b]) or dd[b] >= 0.0:
+                    why = "not_descent_direction"
+                else:
+                    continue
+                fallback[b] = 1
+                r._fall_back(why)
+                dd[b] = -gn[b] * gn[b]
+            if fallback.any():
+                self._flag.assign(fallback)
+                wp.launch(_batch_negate_where, dim=d.shape[0], inputs=[g, self._flag, batch.mesh_of_variable, d],
+                          device=dev)  # fmt: skip
+            for b in active:
+                decrement = 0.5 * abs(dd[b])
+                res[b].newton_decrements.append(decrement)
+                if decrement < tolerance:
+                    stop(b, "newton_decrement", True)
+            moving = np.flatnonzero(~stopped)
+            if moving.size == 0:
+                break
+
+            # per-mesh Armijo, all trial points of a round in one evaluation
+            t0 = time.perf_counter()
+            alpha = np.zeros(B)
+            alpha[moving] = 1.0
+            tries = np.zeros(B, dtype=np.int64)
+            accepted = np.zeros(B, dtype=bool)
+            f_new = f.copy()
+            pending = np.zeros(B, dtype=bool)
+            pending[moving] = True
+            trial = nt._buf("trial")
+            while pending.any():
+                self._axpy(trial, xk, alpha, d)
+                p.assemble_energy(trial)
+                ft = self._energies()
+                for b in np.flatnonzero(pending):
+                    tries[b] += 1
+                    if math.isfinite(ft[b]) and ft[b] <= f[b] + self.armijo_c * alpha[b] * dd[b]:
+                        accepted[b], pending[b], f_new[b] = True, False, ft[b]
+                    elif tries[b] >= self.max_line_search_tries:
+                        pending[b], alpha[b] = False, 0.0
+                    else:
+                        alpha[b] *= self.shrink
+            self._axpy(trial, xk, alpha, d)  # the accepted points (x itself where no step was taken)
+            times["line_search"] += (time.perf_counter() - t0) * 1000.0
+            nt._buffers["x"], nt._buffers["trial"] = nt._buffers["trial"], nt._buffers["x"]
+            xk = nt._buffers["x"]
+            for b in moving:
+                r = res[b]
+                r.iterations += 1
+                r.line_search_tries.append(int(tries[b]))
+                r.step_sizes.append(float(alpha[b]))
+                if not accepted[b]:
+                    stop(b, "line_search_failed")
+                    continue
+                f_old, f[b] = f[b], f_new[b]
+                r.energies.append(float(f[b]))
+                if abs(f_old - f[b]) <= energy_tolerance * max(1.0, abs(f_old)):
+                    stop(b, "energy_change", True)
+            if callback is not None and callback(it + 1, xk, f.copy()):
+                for b in np.flatnonzero(~stopped):
+                    stop(b, "callback")
+                break
+
+        out.x = wp.clone(xk)
+        for b in range(B):
+            res[b].x = wp.clone(batch.segment(out.x, b))
+        wp.synchronize_device(dev)
+        times["total"] = (time.perf_counter() - t_start) * 1000.0
+        return out
+
+    def __repr__(self) -> str:
+        return f"BatchNewtonSolver({self.batch!r}, linear_solver={self.linear_solver.name!r})"
