@@ -31,7 +31,7 @@ import warp as wp
 
 import warp_meshad as wm
 from warp_meshad.app import App as _AppBase
-from warp_meshad.app import AppConfig
+from warp_meshad.app import AppConfig, BatchStepParts
 from warp_meshad.kernels.energies import SymmetricDirichletData, symmetric_dirichlet
 
 __all__ = ["App", "ParamConfig", "face_distortion", "signed_uv_areas"]
@@ -164,14 +164,32 @@ class App(_AppBase):
 
     def step(self) -> dict:
         """Up to ``config.iterations`` iterations from the current uv (no energy-change test, as TinyAD)."""
-        c = self.config
         t0, c0 = time.perf_counter(), time.process_time()
-        result = self.solver.solve(self.uv, max_iterations=c.iterations, tolerance=c.tolerance, energy_tolerance=0.0)
-        self.solve_seconds += time.perf_counter() - t0
-        self.solve_cpu_seconds += time.process_time() - c0
+        result = self.solver.solve(self.uv, **self._solve_options())
+        return self._take(result, time.perf_counter() - t0, time.process_time() - c0)
+
+    def _solve_options(self) -> dict:
+        c = self.config
+        return {"max_iterations": c.iterations, "tolerance": c.tolerance, "energy_tolerance": 0.0}
+
+    def _take(self, result, seconds: float, cpu_seconds: float) -> dict:
+        self.solve_seconds += seconds
+        self.solve_cpu_seconds += cpu_seconds
         wp.copy(self.uv, result.x)
         self.newton_decrements.extend(float(v) for v in result.newton_decrements)
         return self.record(result, energy_per_area=result.energies[-1] / self.total_area)
+
+    def batch_step_parts(self):
+        """Projected Newton steps batch (``warp-meshad batch``); L-BFGS runs mesh by mesh."""
+        c = self.config
+        if c.solver != "newton":
+            return None
+        return BatchStepParts(self.problem, self.uv, None,
+                              {"linear_solver": c.linear_solver, "project_hessian": True, "projection": c.projection,
+                               "projection_eps": c.projection_eps}, self._solve_options())
+
+    def finish_batch_step(self, result, seconds: float, cpu_seconds: float) -> dict:
+        return self._take(result, seconds, cpu_seconds)
 
     def uv_coordinates(self) -> np.ndarray:
         """Current uv coordinates, float64 numpy (vertex_count, 2)."""

@@ -4,7 +4,8 @@
                     [--test] [--headless | --viewer] [--quiet] [--verbose]
     warp-meshad warmup [CONFIG] [--device DEV] [--set KEY=VALUE ...] [--test] [--quiet] [--verbose]
     warp-meshad batch [CONFIG] --meshes DIR|GLOB|LIST.txt --output DIR [--workers N] [--address ADDR]
-                      [--batch-size B] [--device DEV] [--set KEY=VALUE ...] [--test] [--screenshots] [--quiet]
+                      [--batch-size B] [--one-at-a-time] [--device DEV] [--set KEY=VALUE ...] [--test]
+                      [--screenshots] [--quiet]
     warp-meshad list
 
 CONFIG is a YAML file or a name under configs/ such as ``cloth/hanging`` (the default). ``python -m warp_meshad`` is
@@ -62,7 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--address", metavar="ADDR",
                        help="join this Ray cluster ('auto', 'ray://host:10001') instead of starting a local one")
     batch.add_argument("--batch-size", type=int, default=4, metavar="B",
-                       help="meshes per chunk a worker takes (default 4)")
+                       help="meshes per chunk a worker takes (default 4); a chunk is solved as one batched problem "
+                            "where the app allows (param with Newton)")
+    batch.add_argument("--one-at-a-time", action="store_true",
+                       help="solve a chunk's meshes one after the other instead of as one batched problem")
     batch.add_argument("--screenshots", action="store_true", help="render screenshot.png for each mesh (slow)")
     run.add_argument("--steps", type=int, help="number of steps (overrides the config)")
     run.add_argument("--output", metavar="DIR",
@@ -124,7 +128,7 @@ def _batch(args) -> int:
     config = load_config(args.config, overrides=parse_set(args.overrides), test=args.test, flags=flags)
     report = run_batch(config, args.meshes, args.output, workers=args.workers, address=args.address,
                        batch_size=args.batch_size, screenshots=args.screenshots, quiet=args.quiet,
-                       verbose=args.verbose)
+                       verbose=args.verbose, batched=not args.one_at_a_time)
     return 0 if report.ok else 1
 
 

@@ -17,7 +17,7 @@ Importing this module imports pydantic and tqdm; pyyaml, matplotlib and polyscop
 batch runs on it.
 """
 
-from warp_meshad._src.app.base import App, resolve_device
+from warp_meshad._src.app.base import App, BatchStepParts, resolve_device
 from warp_meshad._src.app.batch import SUMMARY_COLUMNS, BatchReport, find_meshes, run_batch
 from warp_meshad._src.app.config import AppConfig, ConfigError, ConfigModel, GridConfig
 from warp_meshad._src.app.loader import load_config, parse_set
@@ -34,6 +34,7 @@ __all__ = [
     "App",
     "AppConfig",
     "BatchReport",
+    "BatchStepParts",
     "ConfigError",
     "ConfigModel",
     "GridConfig",

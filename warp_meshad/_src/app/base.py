@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -17,7 +18,27 @@ from warp_meshad._src.app.config import AppConfig, ConfigError, finish_config
 from warp_meshad._src.mesh.trimesh import MeshError, TriMesh
 from warp_meshad._src.plural import plural
 
-__all__ = ["App", "resolve_device"]
+__all__ = ["App", "BatchStepParts", "resolve_device"]
+
+
+@dataclass
+class BatchStepParts:
+    """What one step of an app solves, so that the steps of many apps (one per mesh) run as one batched solve
+    (:class:`~warp_meshad.ProblemBatch` + :class:`~warp_meshad.BatchNewtonSolver`, ``warp-meshad batch``).
+
+    Attributes:
+        problem: the app's :class:`~warp_meshad.Problem` (its terms must match the other apps' one to one).
+        x: the step's start point (wp.array of the problem's variables).
+        fixed: indices of the pinned variables, or None.
+        newton: keyword arguments of :class:`~warp_meshad.BatchNewtonSolver` (``linear_solver``, ``projection``, ...).
+        solve: keyword arguments of ``solve`` (``max_iterations``, ``tolerance``, ``energy_tolerance``, ...).
+    """
+
+    problem: object
+    x: object
+    fixed: object = None
+    newton: dict = field(default_factory=dict)
+    solve: dict = field(default_factory=dict)
 
 
 def resolve_device(name: str | None, where: str = "device") -> tuple[str, str]:
@@ -135,6 +156,17 @@ class App:
             if callback is not None:
                 callback(self, rec)
         return self.history
+
+    def batch_step_parts(self) -> BatchStepParts | None:
+        """What the next :meth:`step` solves, for a batched step of many apps; None (the default) when this app's
+        step is not one Newton solve of a fixed problem (it then runs mesh by mesh)."""
+        return None
+
+    def finish_batch_step(self, result, seconds: float, cpu_seconds: float) -> dict:
+        """Take this mesh's :class:`~warp_meshad.SolveResult` of a batched step as :meth:`step` takes its own solve's
+        (``seconds``, ``cpu_seconds``: this mesh's share of the batch's wall and process CPU time); returns the step's
+        history record."""
+        raise NotImplementedError(f"{type(self).__name__}: batch_step_parts() is given but finish_batch_step() is not")
 
     def check_final(self) -> None:
         """Assert the result is sane. The base checks: finite positions, finite energies, each step's solve did not

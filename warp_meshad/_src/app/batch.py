@@ -8,8 +8,9 @@ per mesh: :data:`SUMMARY_COLUMNS`) and ``summary.png``. A mesh whose folder alre
 mesh or a failed solve is recorded in its row (status ``error``, or ``failed`` when ``check_final`` failed) and the
 batch goes on; meshes with status ``error`` have no outputs and are tried again on a rerun.
 
-Meshes go to the workers in chunks of ``batch_size`` (:func:`run_chunk`: today a loop over the chunk's meshes; a
-batched solve of many meshes per kernel launch can replace that loop without touching the scheduling). With
+Meshes go to the workers in chunks of ``batch_size`` (:func:`run_chunk`): where the app's steps batch (param with
+projected Newton), a chunk's meshes are solved together, one kernel launch per term and one factorization per
+iteration for all of them (:class:`~warp_meshad.ProblemBatch`); otherwise one after the other. With
 ``workers == 1`` and no ``address`` the chunks run in this process; otherwise on Ray (``pip install ray``, imported
 only then): ``ray.init()`` starts a local Ray or joins the cluster at ``address``, and ``workers`` long-lived actors
 (each keeps its Warp kernels loaded) take the chunks, each asking for ``1 / workers`` of a GPU when the cluster has
@@ -163,35 +164,61 @@ def _mesh_config(base: AppConfig, item: dict) -> AppConfig:
     return finish_config(config)
 
 
-def run_chunk(config: AppConfig, items: list[dict], on_row=None) -> list[dict]:
+def _outcome_row(item: dict, outcome, mesh_format: str, seconds: float) -> dict:
+    """A mesh's summary row from its run's outcome: a RunReport, or the exception that stopped it."""
+    if isinstance(outcome, AssertionError):  # check_final failed: outputs written, metrics say why
+        row = _row(item, _complete(item, mesh_format))
+        if row["status"] == "error":
+            row["error"] = "check_final failed and metrics.json is unreadable"
+        return row
+    if isinstance(outcome, ConfigError):  # a bad mesh (the MeshError's message) or folder
+        return _row(item, error=outcome.detail if outcome.key == "mesh" else str(outcome), seconds=seconds)
+    if isinstance(outcome, Exception):  # a failed solve: keep going
+        return _row(item, error=f"{type(outcome).__name__}: {outcome}", seconds=seconds)
+    return _row(item, outcome.metrics)
+
+
+def _batchable(config: AppConfig) -> bool:
+    from warp_meshad._src.app.base import App
+    from warp_meshad._src.app.registry import app_class
+
+    return app_class(config.app, config.origin("app")).batch_step_parts is not App.batch_step_parts
+
+
+def run_chunk(config: AppConfig, items: list[dict], on_row=None, batched: bool = True) -> list[dict]:
     """Run the meshes of one chunk with ``config`` and return their summary rows (the unit of work of a worker).
 
-    Each mesh is one :func:`~warp_meshad._src.app.runner.run_app` (quiet); any exception is caught into its row
-    (status ``error``); a ``check_final`` failure gives status ``failed`` with the outputs written. A batched solve of
-    the whole chunk can replace this loop.
+    With ``batched`` and an app whose steps batch (param with projected Newton): the chunk's meshes are solved
+    together (:func:`~warp_meshad._src.app.runner.run_apps_batched`: one :class:`~warp_meshad.ProblemBatch`, one
+    launch per term for all meshes, one factorization of the block-diagonal system per iteration); otherwise each
+    mesh is one :func:`~warp_meshad._src.app.runner.run_app` (quiet). Either way each mesh's error is caught into its
+    row (status ``error``); a ``check_final`` failure gives status ``failed`` with the outputs written.
 
     Args:
         config: the scene's config (``mesh`` and ``output`` are replaced per mesh).
         items: ``{"name", "mesh", "folder"}`` per mesh.
-        on_row: ``on_row(row)`` after each mesh.
+        on_row: ``on_row(row)`` after each mesh (after the whole chunk when batched).
+        batched: solve the chunk's meshes together where the app allows.
     """
-    from warp_meshad._src.app.runner import run_app
+    from warp_meshad._src.app import runner
 
+    if batched and len(items) > 1 and _batchable(config):
+        t0 = time.perf_counter()
+        outcomes = runner.run_apps_batched([_mesh_config(config, item) for item in items], check=True)
+        share = (time.perf_counter() - t0) / len(items)
+        rows = [_outcome_row(item, oc, config.mesh_format, share) for item, oc in zip(items, outcomes)]
+        for row in rows:
+            if on_row is not None:
+                on_row(row)
+        return rows
     rows = []
     for item in items:
         t0 = time.perf_counter()
         try:
-            report = run_app(_mesh_config(config, item), quiet=True, check=True)
-            row = _row(item, report.metrics)
-        except AssertionError:  # check_final failed: outputs written, metrics say why
-            row = _row(item, _complete(item, config.mesh_format))
-            if row["status"] == "error":
-                row["error"] = "check_final failed and metrics.json is unreadable"
-        except ConfigError as exc:  # a bad mesh (the MeshError's message) or folder
-            row = _row(item, error=exc.detail if exc.key == "mesh" else str(exc),
-                       seconds=time.perf_counter() - t0)
-        except Exception as exc:  # a failed solve: keep going
-            row = _row(item, error=f"{type(exc).__name__}: {exc}", seconds=time.perf_counter() - t0)
+            outcome = runner.run_app(_mesh_config(config, item), quiet=True, check=True)
+        except Exception as exc:
+            outcome = exc
+        row = _outcome_row(item, outcome, config.mesh_format, time.perf_counter() - t0)
         rows.append(row)
         if on_row is not None:
             on_row(row)
@@ -220,8 +247,9 @@ def _config_from_payload(payload: tuple[str, dict]) -> AppConfig:
 class _BatchWorker:
     """A Ray actor's body: builds the config once, then runs chunk after chunk (kernels stay loaded)."""
 
-    def __init__(self, payload, verbose: bool = False):
+    def __init__(self, payload, verbose: bool = False, batched: bool = True):
         os.environ.update(WORKER_ENV)
+        self.batched = batched
         import warp as wp
 
         if not verbose:
@@ -229,7 +257,7 @@ class _BatchWorker:
         self.config = _config_from_payload(payload)
 
     def run(self, items: list[dict]) -> list[dict]:
-        return run_chunk(self.config, items)
+        return run_chunk(self.config, items, batched=self.batched)
 
 
 def _import_ray():
@@ -242,7 +270,7 @@ def _import_ray():
 
 
 def _run_ray(config: AppConfig, chunks: list[list[dict]], workers: int, address: str | None, on_rows, log,
-             verbose: bool) -> None:
+             verbose: bool, batched: bool = True) -> None:
     ray = _import_ray()
     env = {**WORKER_ENV, **{k: os.environ[k] for k in ("WARP_CACHE_PATH", "WARP_MESHAD_CACHE_PATH", "PYTHONPATH")
                             if k in os.environ}}
@@ -261,7 +289,7 @@ def _run_ray(config: AppConfig, chunks: list[list[dict]], workers: int, address:
             f"{plural(len(chunks), 'chunk')}")
         actor_cls = ray.remote(**options)(_BatchWorker)
         payload = _config_payload(config)
-        actors = [actor_cls.remote(payload, verbose) for _ in range(workers)]
+        actors = [actor_cls.remote(payload, verbose, batched) for _ in range(workers)]
         queue = list(chunks)
         pending = {}
         for actor in actors:
@@ -360,7 +388,8 @@ def write_summary_plot(path: pathlib.Path, rows: list[dict], title: str) -> bool
 
 
 def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str | None = None, batch_size: int = 4,
-              screenshots: bool = False, quiet: bool = False, verbose: bool = False, log=None) -> BatchReport:
+              screenshots: bool = False, quiet: bool = False, verbose: bool = False, log=None,
+              batched: bool = True) -> BatchReport:
     """Run ``config`` (a scene) on every mesh of ``meshes`` and write the per-mesh outputs and the summary.
 
     Args:
@@ -370,11 +399,12 @@ def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str 
         output: the batch's folder: ``<output>/<name>/`` per mesh, ``summary.csv``, ``summary.png``.
         workers: 1: in this process (unless ``address``); more: that many Ray actors.
         address: a Ray cluster to join (``"auto"``, ``"ray://host:10001"``); None: a local Ray when ``workers > 1``.
-        batch_size: meshes per chunk (a worker's unit of work).
+        batch_size: meshes per chunk (a worker's unit of work; solved together where the app's steps batch).
         screenshots: render each mesh's ``screenshot.png`` (slow; off by default).
         quiet: no progress bar and no messages.
         verbose: show Warp's messages and, on Ray, the workers' output.
         log: ``log(text)`` for messages; default: stderr unless quiet.
+        batched: solve a chunk's meshes together (see :func:`run_chunk`); False: one after the other.
 
     Returns:
         :class:`BatchReport`.
@@ -424,10 +454,10 @@ def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str 
 
     chunks = _chunks(todo, batch_size)
     if use_ray and chunks:
-        _run_ray(config, chunks, workers, address, on_rows, log, verbose)
+        _run_ray(config, chunks, workers, address, on_rows, log, verbose, batched)
     else:
         for chunk in chunks:
-            run_chunk(config, chunk, on_row=lambda r: on_rows([r]))
+            run_chunk(config, chunk, on_row=lambda r: on_rows([r]), batched=batched)
     final = ordered()
     write_summary_csv(summary, final)
     files = {"summary": summary}

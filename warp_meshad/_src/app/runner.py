@@ -35,7 +35,7 @@ from warp_meshad._src.codegen.module_loads import ModuleLoads
 from warp_meshad._src.mesh.files import new_file_mode
 from warp_meshad._src.plural import plural
 
-__all__ = ["RunReport", "WarmupReport", "run_app", "warmup_app"]
+__all__ = ["RunReport", "WarmupReport", "run_app", "run_apps_batched", "step_apps_batched", "warmup_app"]
 
 
 @dataclass
@@ -62,6 +62,56 @@ def _step_times(times: list[float]) -> dict:
     steps = np.diff(times)
     return {"first_step_s": float(steps[0]) if steps.size else None,
             "median_step_s": float(np.median(steps[1:])) if steps.size > 1 else None}
+
+
+def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: ModuleLoads, step_ends: list,
+            check: bool, log, messages: list) -> RunReport:
+    """Check the app after its run, write its outputs (final mesh, convergence plot, screenshot, metrics.json) and
+    return the report; a ``check_final`` failure is raised after the outputs are written."""
+    failure = None
+    status = "not run"
+    if check:
+        if app.steps_done < config.steps:
+            status = f"skipped: {app.steps_done} of {plural(config.steps, 'step')} taken"
+        else:
+            try:
+                app.check_final()
+                status = "passed"
+            except AssertionError as exc:
+                status = f"failed: {exc}"
+                failure = exc
+
+    t0 = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    files = {}
+    mesh_path = out / f"final.{config.mesh_format}"
+    save_mesh(mesh_path, app)
+    files["mesh"] = mesh_path
+    plot = out / "convergence.png"
+    if write_convergence_plot(plot, app):
+        files["convergence"] = plot
+    else:
+        messages.append("convergence.png skipped: matplotlib is not installed (pip install matplotlib)")
+    if config.screenshot:
+        shot = out / "screenshot.png"
+        ok, why = _viewer.screenshot(app, shot)
+        if ok:
+            os.chmod(shot, new_file_mode())
+            files["screenshot"] = shot
+        else:
+            messages.append(f"screenshot.png skipped: {why}")
+    times["outputs"] = (time.perf_counter() - t0) * 1000.0
+    metrics = build_metrics(app, times, status)
+    metrics["compile"] = json_safe({**loads.summary(), **_step_times(step_ends)})
+    write_metrics(out / "metrics.json", metrics)
+    files["metrics"] = out / "metrics.json"
+    for m in messages:
+        log(m)
+    log(f"{plural(app.steps_done, 'step')}, {plural(metrics['iterations'], 'iteration')}, final energy "
+        f"{app.energy:.9g}, check_final {status}; wrote {', '.join(p.name for p in files.values())} to {out}")
+    if failure is not None:
+        raise failure
+    return RunReport(app, out, files, metrics, messages)
 
 
 def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, check: bool = True,
@@ -123,50 +173,92 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
     if loads.compiled:
         log(loads.describe())
 
-    failure = None
-    status = "not run"
-    if check:
-        if app.steps_done < config.steps:
-            status = f"skipped: {app.steps_done} of {plural(config.steps, 'step')} taken"
-        else:
-            try:
-                app.check_final()
-                status = "passed"
-            except AssertionError as exc:
-                status = f"failed: {exc}"
-                failure = exc
+    return _finish(app, config, out, times, loads, step_ends, check, log, messages)
 
-    t0 = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    files = {}
-    mesh_path = out / f"final.{config.mesh_format}"
-    save_mesh(mesh_path, app)
-    files["mesh"] = mesh_path
-    plot = out / "convergence.png"
-    if write_convergence_plot(plot, app):
-        files["convergence"] = plot
-    else:
-        messages.append("convergence.png skipped: matplotlib is not installed (pip install matplotlib)")
-    if config.screenshot:
-        shot = out / "screenshot.png"
-        ok, why = _viewer.screenshot(app, shot)
-        if ok:
-            os.chmod(shot, new_file_mode())
-            files["screenshot"] = shot
-        else:
-            messages.append(f"screenshot.png skipped: {why}")
-    times["outputs"] = (time.perf_counter() - t0) * 1000.0
-    metrics = build_metrics(app, times, status)
-    metrics["compile"] = json_safe({**loads.summary(), **_step_times(step_ends)})
-    write_metrics(out / "metrics.json", metrics)
-    files["metrics"] = out / "metrics.json"
-    for m in messages:
-        log(m)
-    log(f"{plural(app.steps_done, 'step')}, {plural(metrics['iterations'], 'iteration')}, final energy "
-        f"{app.energy:.9g}, check_final {status}; wrote {', '.join(p.name for p in files.values())} to {out}")
-    if failure is not None:
-        raise failure
-    return RunReport(app, out, files, metrics, messages)
+
+def step_apps_batched(apps: list[App]) -> bool:
+    """Take the remaining steps of many apps of one scene (one per mesh) as batched solves: per step, their problems
+    as one :class:`~warp_meshad.ProblemBatch` and one :class:`~warp_meshad.BatchNewtonSolver` solve.
+
+    Returns:
+        False (nothing done) when an app's step cannot be batched (:meth:`App.batch_step_parts` is None).
+    """
+    from warp_meshad._src.problem.batch import ProblemBatch
+    from warp_meshad._src.solve.batch_solver import BatchNewtonSolver
+
+    parts = [a.batch_step_parts() for a in apps]
+    if not apps or any(p is None for p in parts):
+        return False
+    batch = ProblemBatch([p.problem for p in parts])
+    solver = BatchNewtonSolver(batch, fixed=[p.fixed for p in parts], **parts[0].newton)
+    steps = apps[0].config.steps
+    while apps[0].steps_done < steps:
+        x = batch.join([p.x for p in parts])
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = solver.solve(x, **parts[0].solve)
+        seconds, cpu = (time.perf_counter() - t0) / len(apps), (time.process_time() - c0) / len(apps)
+        for app, r in zip(apps, result.results):
+            app.finish_batch_step(r, seconds, cpu)
+        parts = [a.batch_step_parts() for a in apps]
+    return True
+
+
+def run_apps_batched(configs: list[AppConfig], check: bool = True) -> list:
+    """Run configs of one scene that differ in their mesh (``warp-meshad batch``): the apps are built one by one,
+    their steps run batched (:func:`step_apps_batched`; mesh by mesh where the app's step cannot be batched, or when
+    the batched solve raises), then each is checked and writes its outputs as :func:`run_app` does. Quiet.
+
+    Each mesh's ``metrics.json`` gets its own setup and output times and, as its run time, its share of the batched
+    steps' wall time (the batch's time divided by the number of meshes).
+
+    Returns:
+        Per config, in order: a :class:`RunReport`, or the exception that stopped that mesh (a ``ConfigError`` for a
+        bad mesh or output folder; an ``AssertionError`` from ``check_final``, raised after its outputs were written;
+        any other error of its build or solve). One mesh's error never stops the others.
+    """
+    import warp as wp
+
+    if wp.config.log_level < wp.LOG_WARNING:
+        wp.config.log_level = wp.LOG_WARNING
+    log = stderr_log(True)
+    outcomes: list = [None] * len(configs)
+    built = []
+    with ModuleLoads(log=None) as loads:
+        for i, config in enumerate(configs):
+            t0 = time.perf_counter()
+            try:
+                out = check_output_folder(output_folder(config), config.origin("output"))
+                app = app_class(config.app, config.origin("app"))(config)
+            except Exception as exc:  # a bad mesh or folder: recorded, the others go on
+                outcomes[i] = exc
+                continue
+            built.append((i, app, out, {"setup": (time.perf_counter() - t0) * 1000.0}))
+        t0 = time.perf_counter()
+        apps = [b[1] for b in built]
+        try:
+            batched = step_apps_batched(apps)
+        except Exception:  # e.g. a linear solve of the whole batch failed: mesh by mesh instead, from new apps
+            batched = False
+            built = [(i, app_class(a.config.app, a.config.origin("app"))(a.config), out, times)
+                     for i, a, out, times in built]
+        run_share = (time.perf_counter() - t0) * 1000.0 / max(1, len(built))
+        if not batched:
+            for i, app, _, times in list(built):
+                t1 = time.perf_counter()
+                try:
+                    app.run()
+                except Exception as exc:
+                    outcomes[i] = exc
+                    built = [b for b in built if b[0] != i]
+                times["run"] = (time.perf_counter() - t1) * 1000.0
+    for i, app, out, times in built:
+        times.setdefault("run", run_share)
+        times["compile"] = loads.compile_s * 1000.0 / max(1, len(built))
+        try:
+            outcomes[i] = _finish(app, app.config, out, times, loads, [], check, log, [])
+        except Exception as exc:  # check_final failed (outputs written), or writing them failed
+            outcomes[i] = exc
+    return outcomes
 
 
 @dataclass
