@@ -107,6 +107,20 @@ case "$stage" in
       WARP_MESHAD_MODULE_RECORDS=1 timeout 120 python3 -m benchmarks.first_call --device cuda:0; } > "$OUTDIR/first_call.log" 2>&1
     echo "first_call rc $?"; grep '"benchmark"' "$OUTDIR/first_call.log" | cut -c1-600
     ;;
+  bench20)
+    # issue 20: the 200-patch dataset (made here, 14 processes), param one at a time vs batched on the GPU and with
+    # Ray workers sharing it; then Ray with 1 vs 2 workers on the host's CPUs (patches of <= 5000 faces)
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUTDIR/gpu_info.txt"
+    [ -d /tmp/patches ] || python3 benchmarks/make_dataset.py --out /tmp/patches --jobs 14 > "$OUTDIR/make_dataset.log" 2>&1
+    tail -2 "$OUTDIR/make_dataset.log"
+    BENCH_OUT="$OUTDIR" timeout "${BATCH_S:-330}" python3 -m benchmarks.batch_param --meshes /tmp/patches --device cuda:0 \
+      --batch-sizes ${BATCH_SIZES:-200 50} --ray-workers ${RAY_WORKERS:-2 4} > "$OUTDIR/batch_param_gpu.log" 2>&1
+    echo "batch_param gpu rc $?"; grep -v "^Module\|^Warp\|^   " "$OUTDIR/batch_param_gpu.log" | tail -14 | cut -c1-400
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 BENCH_OUT="$OUTDIR" timeout "${CPU_S:-200}" python3 -m benchmarks.batch_param \
+      --meshes /tmp/patches --device cpu --max-faces ${CPU_FACES:-5000} --ray-only --ray-workers 1 2 \
+      --runner-batch-size 10 > "$OUTDIR/batch_param_cpu.log" 2>&1
+    echo "batch_param cpu rc $?"; grep -v "^Module\|^Warp\|^   " "$OUTDIR/batch_param_cpu.log" | tail -6 | cut -c1-400
+    ;;
   --)
     "$@" 2>&1 | tee "$OUTDIR/cmd.log"
     ;;

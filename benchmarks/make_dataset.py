@@ -132,40 +132,61 @@ class _Sources:
         return self.get(asset, 0)[0].face_count
 
 
-def make_dataset(out: pathlib.Path, count: int, min_faces: int, max_faces: int, seed: int, log=print) -> list[dict]:
-    """Write ``count`` disk patches and ``sources.json`` to ``out``; return the sources records."""
+_SOURCES = None  # per process: the assets loaded (and subdivided) so far
+
+
+def _make_one(i: int, out: pathlib.Path, min_faces: int, max_faces: int, seed: int) -> dict:
+    """Patch ``i`` (from seed ``seed + i`` alone), written to ``out``; its sources record."""
+    global _SOURCES
+    if _SOURCES is None:
+        _SOURCES = _Sources()
+    sources = _SOURCES
+    rng = np.random.default_rng(seed + i)
+    asset = ASSETS[i % len(ASSETS)]
+    target = int(round(np.exp(rng.uniform(np.log(min_faces), np.log(max_faces)))))
+    level = 0  # the patch may take up to 70% of the surface
+    while sources.face_count(asset) * 4 ** level * 0.7 < target:
+        level += 1
+    mesh, graph = sources.get(asset, level)
+    why = []
+    for attempt in range(TRIES):
+        seed_face = int(rng.integers(mesh.face_count))
+        patch = cut_patch(mesh, graph, seed_face, target)
+        problem = _disk_problem(patch, min_faces, max_faces)
+        if problem is None:
+            break
+        why.append(problem)
+    else:
+        raise RuntimeError(f"patch {i} ({asset}, seed {seed + i}, target {target}): no disk in {TRIES} tries "
+                           f"({', '.join(why[:5])}, ...)")
+    name = f"patch_{i:03d}.obj"
+    patch.save(out / name)
+    return {"file": name, "asset": f"assets/meshes/{asset}", "seed": seed + i, "subdivisions": level,
+            "seed_face": seed_face, "target_faces": target, "tries": attempt + 1,
+            "vertex_count": patch.vertex_count, "face_count": patch.face_count,
+            "boundary_vertex_count": len(patch.boundary_vertices)}
+
+
+def make_dataset(out: pathlib.Path, count: int, min_faces: int, max_faces: int, seed: int, log=print,
+                 jobs: int = 1) -> list[dict]:
+    """Write ``count`` disk patches and ``sources.json`` to ``out``; return the sources records.
+
+    ``jobs`` > 1 makes the patches in that many processes (the same files: each patch depends on its seed alone).
+    """
     out.mkdir(parents=True, exist_ok=True)
-    sources = _Sources()
-    records = []
     t0 = time.perf_counter()
-    for i in range(count):
-        rng = np.random.default_rng(seed + i)
-        asset = ASSETS[i % len(ASSETS)]
-        target = int(round(np.exp(rng.uniform(np.log(min_faces), np.log(max_faces)))))
-        level = 0  # the patch may take up to 70% of the surface
-        while sources.face_count(asset) * 4 ** level * 0.7 < target:
-            level += 1
-        mesh, graph = sources.get(asset, level)
-        why = []
-        for attempt in range(TRIES):
-            seed_face = int(rng.integers(mesh.face_count))
-            patch = cut_patch(mesh, graph, seed_face, target)
-            problem = _disk_problem(patch, min_faces, max_faces)
-            if problem is None:
-                break
-            why.append(problem)
-        else:
-            raise RuntimeError(f"patch {i} ({asset}, seed {seed + i}, target {target}): no disk in {TRIES} tries "
-                               f"({', '.join(why[:5])}, ...)")
-        name = f"patch_{i:03d}.obj"
-        patch.save(out / name)
-        rec = {"file": name, "asset": f"assets/meshes/{asset}", "seed": seed + i, "subdivisions": level,
-               "seed_face": seed_face, "target_faces": target, "tries": attempt + 1,
-               "vertex_count": patch.vertex_count, "face_count": patch.face_count,
-               "boundary_vertex_count": len(patch.boundary_vertices)}
-        records.append(rec)
-        log(f"{name}: {asset} (x4^{level}) {patch.face_count} faces, {patch.vertex_count} vertices "
-            f"[{time.perf_counter() - t0:.1f} s]")
+    args = [(i, out, min_faces, max_faces, seed) for i in range(count)]
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as pool:
+            records = list(pool.map(_make_one, *zip(*args)))
+    else:
+        records = [_make_one(*a) for a in args]
+    for rec in records:
+        log(f"{rec['file']}: {pathlib.Path(rec['asset']).name} (x4^{rec['subdivisions']}) {rec['face_count']} faces, "
+            f"{rec['vertex_count']} vertices")
+    log(f"[{time.perf_counter() - t0:.1f} s]")
     info = {"made_by": "python benchmarks/make_dataset.py " + " ".join(sys.argv[1:]),
             "min_faces": min_faces, "max_faces": max_faces, "seed": seed,
             "asset_sources": "assets/meshes/README.md", "meshes": records}
@@ -182,13 +203,14 @@ def main(argv=None) -> int:
     parser.add_argument("--max-faces", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=20)
     parser.add_argument("--out", type=pathlib.Path, default=None)
+    parser.add_argument("--jobs", type=int, default=1, help="processes making patches (same files for any count)")
     args = parser.parse_args(argv)
     if args.small:
         count, lo, hi, out, seed = 20, 500, 1500, SMALL_DIR, 2000
     else:
         count, lo, hi, out, seed = args.count, args.min_faces, args.max_faces, FULL_DIR, args.seed
     out = args.out or out
-    recs = make_dataset(out, count, lo, hi, seed)
+    recs = make_dataset(out, count, lo, hi, seed, jobs=args.jobs)
     faces = np.array([r["face_count"] for r in recs])
     print(f"{len(recs)} patches, {faces.min()} to {faces.max()} faces (median {int(np.median(faces))}) in {out}")
     return 0

@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "where the app allows (param with Newton)")
     batch.add_argument("--one-at-a-time", action="store_true",
                        help="solve a chunk's meshes one after the other instead of as one batched problem")
-    batch.add_argument("--screenshots", action="store_true", help="render screenshot.png for each mesh (slow)")
+    batch.add_argument("--screenshots", action="store_true", help="render screenshot.png and convergence.png for each mesh (slow)")
     run.add_argument("--steps", type=int, help="number of steps (overrides the config)")
     run.add_argument("--output", metavar="DIR",
                      help="output folder (default: output/<app>_<scene>, output/<app>_<scene>_test with --test)")

@@ -204,7 +204,8 @@ def run_chunk(config: AppConfig, items: list[dict], on_row=None, batched: bool =
 
     if batched and len(items) > 1 and _batchable(config):
         t0 = time.perf_counter()
-        outcomes = runner.run_apps_batched([_mesh_config(config, item) for item in items], check=True)
+        outcomes = runner.run_apps_batched([_mesh_config(config, item) for item in items], check=True,
+                                           plot=config.screenshot)
         share = (time.perf_counter() - t0) / len(items)
         rows = [_outcome_row(item, oc, config.mesh_format, share) for item, oc in zip(items, outcomes)]
         for row in rows:
@@ -215,7 +216,7 @@ def run_chunk(config: AppConfig, items: list[dict], on_row=None, batched: bool =
     for item in items:
         t0 = time.perf_counter()
         try:
-            outcome = runner.run_app(_mesh_config(config, item), quiet=True, check=True)
+            outcome = runner.run_app(_mesh_config(config, item), quiet=True, check=True, plot=config.screenshot)
         except Exception as exc:
             outcome = exc
         row = _outcome_row(item, outcome, config.mesh_format, time.perf_counter() - t0)
@@ -400,7 +401,7 @@ def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str 
         workers: 1: in this process (unless ``address``); more: that many Ray actors.
         address: a Ray cluster to join (``"auto"``, ``"ray://host:10001"``); None: a local Ray when ``workers > 1``.
         batch_size: meshes per chunk (a worker's unit of work; solved together where the app's steps batch).
-        screenshots: render each mesh's ``screenshot.png`` (slow; off by default).
+        screenshots: render each mesh's ``screenshot.png`` and ``convergence.png`` (slow; off by default).
         quiet: no progress bar and no messages.
         verbose: show Warp's messages and, on Ray, the workers' output.
         log: ``log(text)`` for messages; default: stderr unless quiet.

@@ -65,9 +65,10 @@ def _step_times(times: list[float]) -> dict:
 
 
 def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: ModuleLoads, step_ends: list,
-            check: bool, log, messages: list) -> RunReport:
-    """Check the app after its run, write its outputs (final mesh, convergence plot, screenshot, metrics.json) and
-    return the report; a ``check_final`` failure is raised after the outputs are written."""
+            check: bool, log, messages: list, plot: bool = True) -> RunReport:
+    """Check the app after its run, write its outputs (final mesh, convergence plot unless ``plot`` is False,
+    screenshot, metrics.json) and return the report; a ``check_final`` failure is raised after the outputs are
+    written."""
     failure = None
     status = "not run"
     if check:
@@ -87,11 +88,12 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
     mesh_path = out / f"final.{config.mesh_format}"
     save_mesh(mesh_path, app)
     files["mesh"] = mesh_path
-    plot = out / "convergence.png"
-    if write_convergence_plot(plot, app):
-        files["convergence"] = plot
-    else:
-        messages.append("convergence.png skipped: matplotlib is not installed (pip install matplotlib)")
+    if plot:
+        png = out / "convergence.png"
+        if write_convergence_plot(png, app):
+            files["convergence"] = png
+        else:
+            messages.append("convergence.png skipped: matplotlib is not installed (pip install matplotlib)")
     if config.screenshot:
         shot = out / "screenshot.png"
         ok, why = _viewer.screenshot(app, shot)
@@ -115,7 +117,7 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
 
 
 def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, check: bool = True,
-            log=None) -> RunReport:
+            log=None, plot: bool = True) -> RunReport:
     """Build the config's app, run it (headless, or in the viewer), check it, and write its outputs.
 
     The output folder is checked for writing first. Each Warp module compiled while the app is built and run is
@@ -129,6 +131,7 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
         viewer: open the interactive viewer; None: ``config.viewer``.
         check: run ``check_final`` (its failure is raised after the outputs are written).
         log: ``log(text)`` for messages; default: print to stderr unless quiet.
+        plot: write ``convergence.png`` (matplotlib).
 
     Returns:
         :class:`RunReport`.
@@ -173,7 +176,7 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
     if loads.compiled:
         log(loads.describe())
 
-    return _finish(app, config, out, times, loads, step_ends, check, log, messages)
+    return _finish(app, config, out, times, loads, step_ends, check, log, messages, plot)
 
 
 def step_apps_batched(apps: list[App]) -> bool:
@@ -203,13 +206,13 @@ def step_apps_batched(apps: list[App]) -> bool:
     return True
 
 
-def run_apps_batched(configs: list[AppConfig], check: bool = True) -> list:
+def run_apps_batched(configs: list[AppConfig], check: bool = True, plot: bool = True) -> list:
     """Run configs of one scene that differ in their mesh (``warp-meshad batch``): the apps are built one by one,
     their steps run batched (:func:`step_apps_batched`; mesh by mesh where the app's step cannot be batched, or when
     the batched solve raises), then each is checked and writes its outputs as :func:`run_app` does. Quiet.
 
     Each mesh's ``metrics.json`` gets its own setup and output times and, as its run time, its share of the batched
-    steps' wall time (the batch's time divided by the number of meshes).
+    steps' wall time (the batch's time divided by the number of meshes). ``plot``: write each ``convergence.png``.
 
     Returns:
         Per config, in order: a :class:`RunReport`, or the exception that stopped that mesh (a ``ConfigError`` for a
@@ -255,7 +258,7 @@ def run_apps_batched(configs: list[AppConfig], check: bool = True) -> list:
         times.setdefault("run", run_share)
         times["compile"] = loads.compile_s * 1000.0 / max(1, len(built))
         try:
-            outcomes[i] = _finish(app, app.config, out, times, loads, [], check, log, [])
+            outcomes[i] = _finish(app, app.config, out, times, loads, [], check, log, [], plot)
         except Exception as exc:  # check_final failed (outputs written), or writing them failed
             outcomes[i] = exc
     return outcomes

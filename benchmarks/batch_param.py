@@ -1,0 +1,251 @@
+"""param over a dataset of patches: one mesh at a time against batched problems, in one process (issue 20).
+
+Run on a GPU host (writes benchmarks/results/batch_param.json; the dataset from ``benchmarks/make_dataset.py``):
+
+    python benchmarks/make_dataset.py --out /tmp/patches                        # 200 patches, 511 to 99,631 faces
+    python -m benchmarks.batch_param --meshes /tmp/patches --device cuda:0 --batch-sizes 200 50 --ray-workers 2 4
+    python -m benchmarks.batch_param --meshes assets/datasets/param_patches_small --device cpu --batch-sizes 20 \\
+        --ray-workers 1 2                                                          # CPU: Ray with 1 against 2 workers
+
+The scene is ``configs/param/patches.yaml`` (projected Newton on the symmetric Dirichlet energy from the area-scaled
+Tutte embedding, Newton-decrement stop 1e-6, at most 200 iterations; ``linear_solver: auto``: cuDSS on a GPU, QDLDL on
+the CPU), every app built exactly as ``warp-meshad run`` builds it. After a warm-up that compiles and loads every
+kernel, each method runs the whole dataset:
+
+* ``one_at_a_time``: per mesh, ``App(config)`` (mesh load, Tutte start, problem) then ``app.run()`` (its own
+  NewtonSolver);
+* ``batched_B``: the same apps in chunks of B, each chunk's steps as one :class:`~warp_meshad.ProblemBatch` solved by
+  one :class:`~warp_meshad.BatchNewtonSolver` (``warp_meshad._src.app.runner.step_apps_batched``, what
+  ``warp-meshad batch`` does);
+* ``runner_*``: ``run_batch`` end to end (outputs written: final.obj, metrics.json, summary.csv/png), in process
+  one at a time and batched, and on Ray with ``--ray-workers`` workers (sharing the GPU: 1/N of it each).
+
+Every batched mesh is checked against its one-at-a-time run (E within 1e-8 relative, iterations within 1). Reported:
+total wall time, its build / solve split, time per mesh, and the GPU utilisation sampled by ``nvidia-smi`` every
+100 ms during the method (mean and p90 of the samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from benchmarks.common import out_dir
+
+NAME = "batch_param"
+
+
+class _GpuSampler:
+    """``nvidia-smi`` utilisation samples [%] every 100 ms while active (none where there is no nvidia-smi)."""
+
+    def __init__(self):
+        self.samples: list[float] = []
+        self._proc = None
+        self._thread = None
+
+    def __enter__(self):
+        if shutil.which("nvidia-smi") is None:
+            return self
+        self._proc = subprocess.Popen(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                                       "-lms", "100", "-i", "0"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+
+        def read():
+            for line in self._proc.stdout:
+                try:
+                    self.samples.append(float(line.strip()))
+                except ValueError:
+                    pass
+
+        self._thread = threading.Thread(target=read, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait()
+            self._thread.join(timeout=2)
+
+    def summary(self) -> dict:
+        if not self.samples:
+            return {"gpu_util_mean": None, "gpu_util_p90": None, "gpu_util_samples": 0}
+        s = np.array(self.samples)
+        return {"gpu_util_mean": float(s.mean()), "gpu_util_p90": float(np.percentile(s, 90)),
+                "gpu_util_samples": int(s.size)}
+
+
+def _configs(base, meshes):
+    from warp_meshad._src.app.batch import _mesh_config
+
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="batch_param_"))
+    return [_mesh_config(base, {"name": m.stem, "mesh": str(m), "folder": str(tmp / m.stem)}) for m in meshes]
+
+
+def _build(configs):
+    from warp_meshad._src.app.registry import app_class
+
+    cls = app_class("param")
+    return [cls(c) for c in configs]
+
+
+def _per_mesh(apps) -> list[dict]:
+    return [{"name": pathlib.Path(a.config.mesh).stem, "faces": int(a.mesh.face_count),
+             "iterations": int(sum(r["iterations"] for r in a.history)), "energy": float(a.energy),
+             "reason": a.history[-1]["reason"]} for a in apps]
+
+
+def one_at_a_time(configs) -> tuple[dict, list[dict]]:
+    build = solve = 0.0
+    apps = []
+    for c in configs:
+        t0 = time.perf_counter()
+        app = _build([c])[0]
+        t1 = time.perf_counter()
+        app.run()
+        t2 = time.perf_counter()
+        build, solve = build + t1 - t0, solve + t2 - t1
+        apps.append(app)
+    return {"build_s": build, "solve_s": solve}, _per_mesh(apps)
+
+
+def batched(configs, size: int) -> tuple[dict, list[dict]]:
+    from warp_meshad._src.app.runner import step_apps_batched
+
+    build = solve = 0.0
+    rows = []
+    for i in range(0, len(configs), size):
+        t0 = time.perf_counter()
+        apps = _build(configs[i:i + size])
+        t1 = time.perf_counter()
+        if not step_apps_batched(apps):
+            raise RuntimeError("param's steps did not batch")
+        t2 = time.perf_counter()
+        build, solve = build + t1 - t0, solve + t2 - t1
+        rows += _per_mesh(apps)
+    return {"build_s": build, "solve_s": solve}, rows
+
+
+def _check(reference: list[dict], rows: list[dict]) -> dict:
+    rel = [abs(a["energy"] - b["energy"]) / abs(a["energy"]) for a, b in zip(reference, rows)]
+    its = [abs(a["iterations"] - b["iterations"]) for a, b in zip(reference, rows)]
+    return {"max_energy_rel_diff": float(max(rel)), "max_iteration_diff": int(max(its)),
+            "same": bool(max(rel) <= 1e-8 and max(its) <= 1)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--meshes", required=True, help="a folder of patches (benchmarks/make_dataset.py)")
+    parser.add_argument("--device", default=None, help="cpu or cuda:0 (default: the first CUDA device, else cpu)")
+    parser.add_argument("--count", type=int, default=None, help="use the first N meshes")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[200, 50])
+    parser.add_argument("--ray-workers", type=int, nargs="*", default=[], help="run_batch on Ray with these counts")
+    parser.add_argument("--no-runner", action="store_true", help="skip the run_batch (outputs written) methods")
+    parser.add_argument("--runner-batch-size", type=int, default=50)
+    parser.add_argument("--max-faces", type=int, default=None, help="use only the meshes of at most this many faces")
+    parser.add_argument("--ray-only", action="store_true",
+                        help="only the Ray runs (e.g. 1 against 2 workers on the CPU), no one-at-a-time reference")
+    args = parser.parse_args(argv)
+
+    import warp as wp
+
+    wp.config.quiet = True
+    from warp_meshad.app import find_meshes, load_config, run_batch
+
+    meshes = find_meshes(args.meshes)
+    if args.max_faces is not None:
+        from warp_meshad import TriMesh
+
+        meshes = [m for m in meshes if TriMesh.from_file(m).face_count <= args.max_faces]
+    meshes = meshes[: args.count]
+    flags = {"--device": {"device": args.device}} if args.device else {}
+    base = load_config("param/patches", flags=flags)
+    configs = _configs(base, meshes)
+    device = str(_build(configs[:1])[0].device)
+    print(f"{NAME}: {len(meshes)} meshes from {args.meshes} on {device}", flush=True)
+
+    # warm-up: every kernel of both paths compiled and loaded (two smallest meshes)
+    small = sorted(configs, key=lambda c: pathlib.Path(c.mesh).stat().st_size)[:2]
+    one_at_a_time(small[:1])
+    batched(small, 2)
+
+    records = []
+
+    def run(method, fn, *a):
+        with _GpuSampler() as gpu:
+            t0 = time.perf_counter()
+            times, rows = fn(*a)
+            total = time.perf_counter() - t0
+        rec = {"method": method, "meshes": len(rows), "total_s": total, "per_mesh_ms": 1000.0 * total / len(rows),
+               **times, **gpu.summary()}
+        records.append(rec)
+        print(json.dumps(rec), flush=True)
+        return rows
+
+    reference = None
+    if not args.ray_only:
+        reference = run("one_at_a_time", one_at_a_time, configs)
+        faces = [r["faces"] for r in reference]
+        its = [r["iterations"] for r in reference]
+        print(f"  faces {min(faces)}-{max(faces)} (total {sum(faces)}), iterations {min(its)}-{max(its)} "
+              f"(median {int(np.median(its))})", flush=True)
+    for size in ([] if args.ray_only else args.batch_sizes):
+        rows = run(f"batched_{size}", batched, configs, size)
+        records[-1].update(_check(reference, rows))
+        records[-1]["speedup_vs_one_at_a_time"] = records[0]["total_s"] / records[-1]["total_s"]
+        print(f"  {records[-1]['method']}: {records[-1]['speedup_vs_one_at_a_time']:.2f}x, same results: "
+              f"{records[-1]['same']} (E rel {records[-1]['max_energy_rel_diff']:.1e}, iterations +-"
+              f"{records[-1]['max_iteration_diff']})", flush=True)
+
+    def runner(method, **kw):
+        out = pathlib.Path(tempfile.mkdtemp(prefix=f"{method}_"))
+
+        def go():
+            rep = run_batch(base, meshes, out, quiet=True, **kw)
+            if rep.counts["done"] != len(meshes):
+                raise RuntimeError(f"{method}: {rep.counts}")
+            return {}, [{"name": r["name"], "energy": float(r["final_energy"]), "iterations": int(r["iterations"])}
+                        for r in rep.rows]
+
+        try:
+            rows = run(method, lambda: go())
+            if reference is not None:
+                records[-1].update(_check(reference, rows))
+        except Exception as exc:  # Ray missing or failing: recorded, the rest goes on
+            records.append({"method": method, "error": f"{type(exc).__name__}: {exc}"})
+            print(json.dumps(records[-1]), flush=True)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+    if not args.no_runner and not args.ray_only:
+        b = args.runner_batch_size
+        runner("runner_one_at_a_time", batch_size=b, batched=False)
+        runner(f"runner_batched_{b}", batch_size=b, batched=True)
+    for w in args.ray_workers:
+        b = max(1, min(args.runner_batch_size, -(-len(meshes) // w)))
+        runner(f"runner_ray_{w}_workers_batched_{b}", batch_size=b, batched=True, workers=w)
+    ray = [r for r in records if r["method"].startswith("runner_ray_") and "total_s" in r]
+    if len(ray) > 1:
+        print("  Ray: " + ", ".join(f"{r['method']} {ray[0]['total_s'] / r['total_s']:.2f}x" for r in ray[1:])
+              + f" against {ray[0]['method']}", flush=True)
+
+    path = out_dir() / f"{NAME}.json"
+    payload = {"benchmark": NAME, "device": device, "meshes": len(meshes), "source": str(args.meshes),
+               "date": time.strftime("%Y-%m-%d"), "records": records, "per_mesh_reference": reference}
+    if not str(device).startswith("cuda"):
+        path = out_dir() / f"{NAME}_cpu.json"
+    path.write_text(json.dumps(payload, indent=1))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
