@@ -21,7 +21,13 @@ Methods (one process, the same mesh, the same BSR block slots):
   corner path, of the 9 x 9 Hessian in F on the F path (Jacobi eigen-decompositions);
 * ``warp_meshad_snh_F_proj_analytic``: the F path with stable Neo-Hookean's analytic eigensystem
   (``add_deformation_term(..., projection=stable_neo_hookean_F_hessian_proj)``: the energy on 9 gradient duals, the
-  projected 9 x 9 F Hessian in closed form from the SVD of F); checked against ``warp_meshad_snh_F_proj`` to 1e-9.
+  projected 9 x 9 F Hessian in closed form from the SVD of F); checked against ``warp_meshad_snh_F_proj`` to 1e-9;
+* ``..._atomic`` / ``..._tiled`` (F paths): the same Problem with ``assembly="atomic"`` (a thread per element, float
+  atomics into the slots, as the hand-written kernel) or ``assembly="tiled"`` (a thread block per patch of block rows,
+  every element evaluated once per patch it touches), whatever ``--assembly`` picks for the others.
+
+The Problems use ``--assembly`` (default ``auto``: see ``Problem(assembly=...)``). ``--methods`` times a subset (the
+checks of the F paths against the corner path still run).
 
 Timing: CUDA-graph replays timed with events on a GPU (benchmarks/common.py), host timing on the CPU.
 """
@@ -104,8 +110,24 @@ def _snh_hand(
             wp.atomic_add(hvals, slots[t, a * 4 + b], t1 * bb[0] + t2 * bb[1] + t3 * bb[2])
 
 
+METHODS = (
+    "hand_snh",
+    "warp_meshad_snh",
+    "warp_meshad_snh_F",
+    "warp_meshad_snh_F_atomic",
+    "warp_meshad_snh_F_tiled",
+    "warp_meshad_snh_proj",
+    "warp_meshad_snh_F_proj",
+    "warp_meshad_snh_F_proj_analytic",
+    "warp_meshad_snh_F_proj_analytic_atomic",
+    "warp_meshad_snh_F_proj_analytic_tiled",
+)
+
+
 def build(n: int, device, assembly: str, seed: int = 0):
-    """The mesh, the perturbed positions and the three problems (corners, F, F with the analytic projection)."""
+    """The mesh, the perturbed positions, the data and the Problems: ``"corners"`` (12 variables) and the F paths
+    ``"F"`` and ``"F_analytic"`` (the analytic projection) under ``assembly``, and under ``"atomic"`` and ``"tiled"``
+    (keys ``"F_atomic"``, ``"F_analytic_tiled"``, ...)."""
     import warp_meshad as wm
     from warp_meshad.kernels.energies import (
         StableNeoHookeanData,
@@ -122,14 +144,15 @@ def build(n: int, device, assembly: str, seed: int = 0):
     data.rest_inverse = wp.array(mesh.rest_matrix_inverses(), dtype=wp.mat33d, device=device)
     data.volume = wp.array(mesh.volumes(), dtype=wp.float64, device=device)
     data.mu, data.lam = wp.float64(MU), wp.float64(LAM)
-    corners = wm.Problem(mesh.vertex_count, 3, dtype=wp.float64, device=device, assembly=assembly)
-    corners.add_term(mesh.tets, stable_neo_hookean, data)
-    fterm = wm.Problem(mesh.vertex_count, 3, dtype=wp.float64, device=device, assembly=assembly)
-    fterm.add_deformation_term(mesh.tets, stable_neo_hookean_F, rest_inverse=data.rest_inverse, data=data)
-    fanalytic = wm.Problem(mesh.vertex_count, 3, dtype=wp.float64, device=device, assembly=assembly)
-    fanalytic.add_deformation_term(mesh.tets, stable_neo_hookean_F, rest_inverse=data.rest_inverse, data=data,
-                                   projection=stable_neo_hookean_F_hessian_proj)  # fmt: skip
-    return mesh, X, data, corners, fterm, fanalytic
+    problems = {"corners": wm.Problem(mesh.vertex_count, 3, dtype=wp.float64, device=device, assembly=assembly)}
+    problems["corners"].add_term(mesh.tets, stable_neo_hookean, data)
+    for suffix, how in (("", assembly), ("_atomic", "atomic"), ("_tiled", "tiled")):
+        for name, proj in (("F", None), ("F_analytic", stable_neo_hookean_F_hessian_proj)):
+            p = wm.Problem(mesh.vertex_count, 3, dtype=wp.float64, device=device, assembly=how)
+            p.add_deformation_term(mesh.tets, stable_neo_hookean_F, rest_inverse=data.rest_inverse, data=data,
+                                   projection=proj)  # fmt: skip
+            problems[name + suffix] = p
+    return mesh, X, data, problems
 
 
 def rel(a, b) -> float:
@@ -137,21 +160,30 @@ def rel(a, b) -> float:
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))
 
 
-def run_size(n, device, runs, records, assembly):
-    mesh, X, data, corners, fterm, fanalytic = build(n, device, assembly)
+def _result(problem, x, device, projection=None):
+    f, g, H = problem.assemble_hessian(x) if projection is None else problem.assemble_hessian(x, projection=projection)
+    wp.synchronize_device(device)
+    return float(f.numpy()[0]), g.numpy().copy(), H.values.numpy()[: H.nnz].copy()
+
+
+def _error(got, ref) -> float:
+    return max(rel([got[0]], [ref[0]]), rel(got[1], ref[1]), rel(got[2], ref[2]))
+
+
+def run_size(n, device, runs, records, assembly, methods=METHODS):
+    mesh, X, data, problems = build(n, device, assembly)
+    corners = problems["corners"]
     x = wp.array(X, dtype=wp.vec3d, device=device)
     dev = str(wp.get_device(device))
     print(f"-- box {n}^3 vertices: {mesh.tet_count} tets, {mesh.vertex_count} vertices, "
           f"{corners.hessian_block_count} blocks")  # fmt: skip
-    f, g, H = corners.assemble_hessian(x)
-    wp.synchronize_device(device)
-    ref = (float(f.numpy()[0]), g.numpy().copy(), H.values.numpy()[: H.nnz].copy())
+    ref = _result(corners, x, device)
     tets = corners.terms[0].elements
     slots = corners.terms[0].slots
     e_el = wp.zeros(mesh.tet_count, dtype=wp.float64, device=device)
     e_sum = wp.zeros(1, dtype=wp.float64, device=device)
-    g_h = wp.zeros_like(g)
-    h_h = wp.zeros(H.nnz, dtype=wp.mat33d, device=device)
+    g_h = wp.zeros(mesh.vertex_count, dtype=wp.vec3d, device=device)
+    h_h = wp.zeros(corners.hessian_block_count, dtype=wp.mat33d, device=device)
 
     def hand():
         g_h.zero_()
@@ -160,42 +192,48 @@ def run_size(n, device, runs, records, assembly):
                   inputs=[tets, x, data.rest_inverse, data.volume, data.mu, data.lam, slots, e_el, g_h, h_h])  # fmt: skip
         wp.utils.array_sum(e_el, out=e_sum)
 
+    # every path's energy, gradient and Hessian against the 12-variable one (the analytic projections against the
+    # Jacobi projection of the F Hessian)
     hand()
     wp.synchronize_device(device)
-    checks = {"hand_snh": (float(e_sum.numpy()[0]), g_h.numpy(), h_h.numpy())}
-    ff, gf, Hf = fterm.assemble_hessian(x)
-    wp.synchronize_device(device)
-    checks["warp_meshad_snh_F"] = (float(ff.numpy()[0]), gf.numpy(), Hf.values.numpy()[: Hf.nnz])
-    errs = {}
-    for method, (e, gg, hh) in checks.items():
-        errs[method] = max(rel([e], [ref[0]]), rel(gg, ref[1]), rel(hh, ref[2]))
-        print(f"   {method} vs warp_meshad_snh: relative error {errs[method]:.2e}")
-        assert errs[method] < 1e-12, (method, errs[method])
-    # the analytic projection against the Jacobi one (same projected F Hessians up to the iteration's tolerance)
-    fp, gp, Hp = fterm.assemble_hessian(x, projection="clamp")
-    wp.synchronize_device(device)
-    ref_proj = (float(fp.numpy()[0]), gp.numpy().copy(), Hp.values.numpy()[: Hp.nnz].copy())
-    fa, ga, Ha = fanalytic.assemble_hessian(x, projection="clamp")
-    wp.synchronize_device(device)
-    errs["analytic"] = max(rel([float(fa.numpy()[0])], [ref_proj[0]]), rel(ga.numpy(), ref_proj[1]),
-                           rel(Ha.values.numpy()[: Ha.nnz], ref_proj[2]))  # fmt: skip
-    print(f"   warp_meshad_snh_F_proj_analytic vs warp_meshad_snh_F_proj: relative error {errs['analytic']:.2e}")
-    assert errs["analytic"] < 1e-9, errs["analytic"]
+    errs = {"hand_snh": _error((float(e_sum.numpy()[0]), g_h.numpy(), h_h.numpy()), ref)}
+    for suffix in ("", "_atomic", "_tiled"):
+        if f"warp_meshad_snh_F{suffix}" in methods or not suffix:
+            errs[f"warp_meshad_snh_F{suffix}"] = _error(_result(problems["F" + suffix], x, device), ref)
+    for method, err in errs.items():
+        print(f"   {method} vs warp_meshad_snh: relative error {err:.2e}")
+        assert err < 1e-12, (method, err)
+    analytic = [m for m in methods if "analytic" in m]
+    if analytic:
+        ref_proj = _result(problems["F"], x, device, "clamp")
+        for m in analytic:
+            key = "F_analytic" + m[len("warp_meshad_snh_F_proj_analytic"):]
+            errs[m] = _error(_result(problems[key], x, device, "clamp"), ref_proj)
+            print(f"   {m} vs warp_meshad_snh_F_proj: relative error {errs[m]:.2e}")
+            assert errs[m] < 1e-9, (m, errs[m])
 
-    def add(method, times, **extra):
-        r = record(NAME, method, mesh.vertex_count, "float64", times, dev, tets=mesh.tet_count, assembly=assembly,
-                   **extra)  # fmt: skip
+    def add(method, fn):
+        if method not in methods:
+            return
+        extra = {"check_rel_error": errs[method]} if method in errs else {}
+        r = record(NAME, method, mesh.vertex_count, "float64", time_warp(fn, device, runs), dev, tets=mesh.tet_count,
+                   assembly=assembly, **extra)  # fmt: skip
         records.append(r)
-        print(f"   {method:26s} median {r['ms_median']:9.3f} ms  min {r['ms_min']:9.3f} ms")
+        print(f"   {method:40s} median {r['ms_median']:9.3f} ms  min {r['ms_min']:9.3f} ms", flush=True)
 
-    add("hand_snh", time_warp(hand, device, runs), check_rel_error=errs["hand_snh"])
-    add("warp_meshad_snh", time_warp(lambda: corners.assemble_hessian(x), device, runs))
-    add("warp_meshad_snh_F", time_warp(lambda: fterm.assemble_hessian(x), device, runs),
-        check_rel_error=errs["warp_meshad_snh_F"])  # fmt: skip
-    add("warp_meshad_snh_proj", time_warp(lambda: corners.assemble_hessian(x, projection="clamp"), device, runs))
-    add("warp_meshad_snh_F_proj", time_warp(lambda: fterm.assemble_hessian(x, projection="clamp"), device, runs))
-    add("warp_meshad_snh_F_proj_analytic", time_warp(lambda: fanalytic.assemble_hessian(x, projection="clamp"), device,
-                                                     runs), check_rel_error=errs["analytic"])  # fmt: skip
+    def timed(key, projection=None):
+        p = problems[key]
+        return (lambda: p.assemble_hessian(x)) if projection is None else (
+            lambda: p.assemble_hessian(x, projection=projection))  # fmt: skip
+
+    add("hand_snh", hand)
+    add("warp_meshad_snh", timed("corners"))
+    for suffix in ("", "_atomic", "_tiled"):
+        add(f"warp_meshad_snh_F{suffix}", timed("F" + suffix))
+    add("warp_meshad_snh_proj", timed("corners", "clamp"))
+    add("warp_meshad_snh_F_proj", timed("F", "clamp"))
+    for suffix in ("", "_atomic", "_tiled"):
+        add(f"warp_meshad_snh_F_proj_analytic{suffix}", timed("F_analytic" + suffix, "clamp"))
 
 
 def main(argv=None):
@@ -205,6 +243,8 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--assembly", default="auto", choices=["auto", "atomic", "tiled"],
                     help="the Problems' Hessian assembly (the hand-written kernel always adds atomically)")  # fmt: skip
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS, metavar="METHOD",
+                    help=f"the methods to time (default: all of {', '.join(METHODS)})")
     args = ap.parse_args(argv)
     wp.config.log_level = wp.LOG_WARNING
     wp.init()
@@ -213,7 +253,7 @@ def main(argv=None):
     records = []
     for n in args.sizes:
         try:
-            run_size(n, device, args.runs, records, args.assembly)
+            run_size(n, device, args.runs, records, args.assembly, args.methods)
         except Exception:
             traceback.print_exc()
             records.append({"benchmark": NAME, "size": n, "error": traceback.format_exc(limit=3)})
