@@ -11,7 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `benchmarks` is a folder of the checkout, not an installed package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import area_smoothing, assembly_choice, param_hvp, smoothing_hand, tet_hand  # noqa: E402
+from benchmarks import area_smoothing, assembly_auto, assembly_choice, param_hvp, smoothing_hand, tet_hand  # noqa: E402
 
 WARP_AREA = ["warp_meshad", "handwritten", "warp_tape"]
 WARP_HVP = ["warp_meshad", "warp_meshad_assembled", "warp_meshad_assemble_spmv"]
@@ -73,6 +73,13 @@ def test_assembly_choice_problems_agree(device, case):
     # the default and the deterministic problem of each case give the same energy, gradient and Hessian
     errors = assembly_choice.run_case(case, 6, device, runs=1, records=[], check_only=True)
     assert max(errors) <= 1e-5, errors
+
+
+@pytest.mark.parametrize("case", ["tet_F", "springs_f64"])
+def test_assembly_auto_variants_agree(device, case):
+    # the atomic, tiled and tiled-rounds Hessians of one term agree (run_case asserts it, returns the errors)
+    errors = assembly_auto.run_case(case, device, 1, [], small=True, check_only=True)
+    assert sorted(errors) == ["atomic", "rounds", "tiled"] and max(errors.values()) < 1e-12
 
 
 def test_tet_hand_kernel_and_the_F_path_agree_with_the_corner_path(device):
