@@ -103,9 +103,12 @@ def _function(fn: wp.Function, seen: set, h) -> bool:
     if mod == "warp" or mod.startswith("warp."):
         h.update(f"warp-func:{mod}.{fn.key};".encode())  # Warp's own functions: pinned by Warp's version
         return True
+    # the overloads the user declared; not the concrete ones Warp instantiates from a generic one as code calls it
+    # with new types (their source is the template's, and how many exist depends on what this process built)
     overloads = [fn]
-    overloads += [o for o in getattr(fn, "user_overloads", {}).values() if o is not fn]
-    overloads += [o for o in getattr(fn, "user_templates", {}).values() if o is not fn]
+    for o in (*getattr(fn, "user_overloads", {}).values(), *getattr(fn, "user_templates", {}).values()):
+        if o not in overloads and getattr(o, "generic_parent", None) is None:
+            overloads.append(o)
     for o in overloads:
         if o.func is None or not _python_function(o.func, seen, h):
             return False
