@@ -11,7 +11,12 @@ The first call in a process skips what the kernel cache already holds: each term
 warp_meshad's own inputs (:mod:`~.module_keys`); where a record of Warp's hashes exists for it and the binary is in
 the cache, the kernel is made from its text alone (no energy rewrite, no dual library import, no Warp hashing: the
 recorded hash is given to Warp, which then loads the binary as usual). Otherwise the kernel is built in full, Warp
-hashes it, and the record is kept for the next process.
+hashes it, and the record is kept for the next process. Should Warp need a record-made kernel's content after all
+(its module marked modified, a launch with a block size not recorded, the binary gone), the energy is instantiated
+then, before Warp reads it (``warp_compat.complete_before_rehash``). ``WARP_MESHAD_MODULE_RECORDS=1`` turns the
+records on.
+
+A term module holds exactly one kernel (:func:`_module`).
 """
 
 from __future__ import annotations
@@ -33,22 +38,25 @@ from warp_meshad._src.codegen.energy_rewrite import instantiate
 from warp_meshad._src.codegen.kernel_source import deformation_types, make_kernel
 from warp_meshad._src.codegen.module_loads import describe_module
 from warp_meshad._src.codegen.warp_compat import (
+    complete_before_rehash,
     function_return_types,
     generate_module_code,
     module_hash_record,
+    module_hashed,
     seed_module_hash,
     type_code,
 )
 from warp_meshad._src.problem.variables import dtype_name
 
-__all__ = ["KernelFacts", "TileVariant", "flush_records", "probe_return_type", "term_kernel", "unrolled_default"]
+__all__ = [
+    "KernelFacts", "TileVariant", "flush_records", "probe_return_type", "records_enabled", "term_kernel",
+    "unrolled_default",
+]
 
-_KERNELS: dict = {}  # (energy id, mode, variant, shape, data type) -> (wp.Kernel, energy), shared by all problems
-_MODULE_OWNERS: dict = {}  # Warp module name -> id of the energy it was made for
-# The records of the warm first call are opt-in until a failure seen on the CPU is fixed: a process that builds the
-# same energy's kernels for several problems (tests/test_tet_energies.py after tests/test_deformation_energies.py, with
-# records present) hit a kernel made from a record whose module Warp then had to generate again ("Could not find
-# function _energy"). WARP_MESHAD_MODULE_RECORDS=1 turns them on.
+_KERNELS: dict = {}  # (energy id, variant, shape, data type, projection id) -> (wp.Kernel, energy, projection)
+_MODULE_OWNERS: dict = {}  # Warp module name -> the _KERNELS key it was made for: one kernel per term module
+# The records of the warm first call (see the module docstring) are on where this variable is "1" (or "true", "yes");
+# otherwise every term module takes Warp's normal path (energy rewrite, dual import, Warp's hashing).
 RECORDS_VARIABLE = "WARP_MESHAD_MODULE_RECORDS"
 _PENDING: list = []  # (key, module, record) of modules built in full, whose Warp hashes are not recorded yet
 
@@ -58,7 +66,7 @@ def flush_records() -> None:
     called before each kernel look-up and at exit."""
     for item in list(_PENDING):
         key, module, record = item
-        if not module.execs:
+        if not module_hashed(module):  # not loaded yet, or marked modified since: its next launch hashes it
             continue
         warp_record = module_hash_record(module)
         if warp_record is not None:
@@ -123,17 +131,20 @@ class TileVariant:
     launch_bounds: tuple[int, int] | None = None
 
 
-def _module(term, mode: str, projection=None):
-    """The Warp module of one (energy, shape, mode): named from the energy's source (and the analytic projection's,
-    if the kernel calls one) so Warp's kernel cache is reused across processes; a different energy object with the
-    same source (other closure values) gets a numbered name of its own."""
+def _module(term, mode: str, owner, projection=None, variant: KernelVariant | None = None):
+    """The Warp module of one kernel (its ``_KERNELS`` key, ``owner``): named from the energy's source (and the
+    analytic projection's, if the kernel calls one), the shape, mode and variant, so Warp's kernel cache is reused
+    across processes. A module holds one kernel: a second kernel registered in a module makes Warp hash it again and
+    build it with every kernel in it, and one made from a record (:func:`_cached_kernel`) is not made for that; a
+    different owner of the same name (a different energy object with the same source: other closure values) gets
+    a numbered name of its own."""
     h = hashlib.sha1()
     h.update(inspect.getsource(term.energy.func).encode())
-    owner = id(term.energy)
     if projection is not None:
         h.update(inspect.getsource(projection.func).encode())
-        owner = (owner, id(projection))
     h.update(repr((term.spec.signature(), mode, term.data_type.key if term.data_type else "")).encode())
+    if variant is not None and variant.tiled:  # what the variant's name suffix does not tell
+        h.update(repr((variant.tile_cap, variant.tile_row_cap, variant.tile_store, variant.launch_bounds)).encode())
     base = f"wm_{term.info.name}_{mode}_{h.hexdigest()[:12]}"
     name, i = base, 1
     while _MODULE_OWNERS.setdefault(name, owner) != owner:
@@ -147,7 +158,8 @@ def _module(term, mode: str, projection=None):
 def _instance(term, mode: str, module, facts: KernelFacts, dual: str | None = None):
     """The energy instantiated for the mode's variable types (plain values or duals), and its namespace.
 
-    ``dual`` overrides the mode's dual module (``KernelVariant.dual``: gradient duals for the analytic projection)."""
+    ``dual`` overrides the mode's dual module (``KernelVariant.dual``: gradient duals for the analytic projection).
+    ``term`` may be an :class:`_EnergyOf` (what this reads of a term)."""
     dual = dual or mode_of(mode).dual  # the dual module the mode runs the energy with (see contract.MODES)
     params = None
     if dual == "plain":
@@ -192,22 +204,22 @@ def term_kernel(term, mode: str, facts: KernelFacts, tile: TileVariant | None = 
         analytic=term.projection is not None,
     )  # fmt: skip
     projection = term.projection if variant.analytic else None
-    key = (id(term.energy), variant, term.spec.signature(), term.data_type.key if term.data_type else "",
-           id(projection))  # fmt: skip
-    hit = _KERNELS.get(key)
+    kernel_key = (id(term.energy), variant, term.spec.signature(), term.data_type.key if term.data_type else "",
+                  id(projection))  # fmt: skip
+    hit = _KERNELS.get(kernel_key)
     if hit is None:
-        module = _module(term, mode + variant.suffix, projection)
+        module = _module(term, mode + variant.suffix, kernel_key, projection, variant)
         what = [f"term '{term.label}': {mode}", *variant.describe(), facts.dtype.__name__]
         describe_module(module.name, ", ".join(what))
-        key = _module_key(term, mode, module, facts, variant)
-        kern = _cached_kernel(term, variant, module, key)
+        record_key = _module_key(term, mode, module, facts, variant)
+        kern = _cached_kernel(term, mode, facts, variant, module, record_key)
         if kern is None:
             fn, ns = _instance(term, mode, module, facts, variant.dual)
             kern = make_kernel(term.spec, variant, fn, ns, term.data_type, term.label, projection)
-            if key is not None:  # recorded once Warp has hashed and loaded it (its first launch)
-                _PENDING.append((key, module, {"kernel": kern.key, "energy": fn.key}))
+            if record_key is not None:  # recorded once Warp has hashed and loaded it (its first launch)
+                _PENDING.append((record_key, module, {"kernel": kern.key, "energy": fn.key}))
         hit = (kern, term.energy, projection)
-        _KERNELS[key] = hit  # holding the energy keeps its id from being reused
+        _KERNELS[kernel_key] = hit  # holding the energy keeps its id from being reused
     term.kernels[local] = hit[0]
     return hit[0]
 
@@ -223,18 +235,17 @@ def probe_return_type(term, facts: KernelFacts, what: str, argname: str):
     Raises:
         ValueError: the energy does not compile for the problem's variable type, or returns not exactly one value.
     """
-    key = (id(term.energy), "probe", term.spec.signature(), term.data_type.key if term.data_type else "")
-    hit = _KERNELS.get(key)
+    kernel_key = (id(term.energy), "probe", term.spec.signature(), term.data_type.key if term.data_type else "")
+    hit = _KERNELS.get(kernel_key)
     if hit is not None:
         return hit[0]
-    module = _module(term, "probe")
-    key = _module_key(term, "probe", module, facts)
-    rec = module_keys.lookup(key)
+    module = _module(term, "probe", kernel_key)
+    record_key = _module_key(term, "probe", module, facts)
+    rec = module_keys.lookup(record_key)
     known = {type_code(t): t for t in (facts.dtype, wp.float32, wp.float64)}
     if rec is not None and rec.get("return_type") in known:
         rtype = known[rec["return_type"]]
-        _KERNELS[(id(term.energy), "probe", term.spec.signature(), term.data_type.key if term.data_type else "")] = (
-            rtype, term.energy)  # fmt: skip
+        _KERNELS[kernel_key] = (rtype, term.energy)
         return rtype
     try:
         fn, _ = _instance(term, "probe", module, facts)
@@ -252,25 +263,36 @@ def probe_return_type(term, facts: KernelFacts, what: str, argname: str):
         raise ValueError(f"{what}({argname}={term.info.name}) returns {len(ret)} values; it must return one")
     rtype = ret[0]
     if rtype in known.values():
-        module_keys.store(key, {"return_type": type_code(rtype)})
-    _KERNELS[(id(term.energy), "probe", term.spec.signature(), term.data_type.key if term.data_type else "")] = (
-        rtype, term.energy)  # fmt: skip
+        module_keys.store(record_key, {"return_type": type_code(rtype)})
+    _KERNELS[kernel_key] = (rtype, term.energy)
     return rtype
 
 
 class _RecordedEnergy:
     """Stands for the instantiated energy in a kernel made from a record: its name (the kernel calls it) and module.
-    Warp never resolves it: the module's hash is given, and its binary is in the cache."""
+    Warp does not resolve it while the module's given hash serves (its binary is in the cache); should Warp need the
+    kernel's content after all, :func:`_complete` puts the real energy in its place first."""
 
     def __init__(self, key: str, module):
         self.key = key
         self.module = module
 
 
+class _EnergyOf:
+    """What :func:`_instance` reads of a term (its energy, shape, data type and parameter fields), without the
+    term's arrays: a record-made kernel's completion keeps it for as long as Warp keeps the module."""
+
+    def __init__(self, term):
+        self.energy = term.energy
+        self.spec = term.spec
+        self.data_type = term.data_type
+        self.params = list(term.params)
+
+
 def _module_key(term, mode: str, module, facts: KernelFacts, variant: KernelVariant | None = None) -> str | None:
     """The :func:`~.module_keys.term_key` of a term module (None: the records are off — see :data:`RECORDS_VARIABLE`
     —, or the energy reads something without a stable description: the term takes Warp's normal path)."""
-    if os.environ.get(RECORDS_VARIABLE, "") not in ("1", "true", "yes"):
+    if not records_enabled():
         return None
     params = sorted((f.name, f.dual_offset, f.per_element) for f in term.params) if mode == "mixed" else None
     var_t = facts.variable_type
@@ -290,9 +312,16 @@ def _module_key(term, mode: str, module, facts: KernelFacts, variant: KernelVari
     return module_keys.term_key(module, parts)
 
 
-def _cached_kernel(term, variant: KernelVariant, module, key: str | None):
+def records_enabled() -> bool:
+    """Whether term modules use their records (``WARP_MESHAD_MODULE_RECORDS`` is "1", "true" or "yes"; read at each
+    kernel build)."""
+    return os.environ.get(RECORDS_VARIABLE, "").strip().lower() in ("1", "true", "yes")
+
+
+def _cached_kernel(term, mode: str, facts: KernelFacts, variant: KernelVariant, module, key: str | None):
     """The kernel of a term module made from its record (see the module docstring), or None on a miss: no record,
-    no device to check, the binary not in the cache, or the kernel's name not the recorded one."""
+    no device to check, the module not fresh, the binary not in the cache, or the kernel's name not the recorded
+    one. The module is left to complete itself (:func:`_complete`) should Warp need its content after all."""
     rec = module_keys.lookup(key)
     device = getattr(term.elements, "device", None)
     if rec is None or device is None or "warp" not in rec:
@@ -305,4 +334,18 @@ def _cached_kernel(term, variant: KernelVariant, module, key: str | None):
         raise RuntimeError(  # the record was written for this key from the same generators: a bug, not a miss
             f"kernel cache record {key} does not match module {module.name} (kernel {kern.key}); delete the "
             f"folder warp_meshad_keys in Warp's kernel cache ({wp.config.kernel_cache_dir})")
+    energy = _EnergyOf(term)
+    complete_before_rehash(module, lambda: _complete(kern, energy, mode, module, facts, variant, rec["energy"]))
     return kern
+
+
+def _complete(kern, energy: _EnergyOf, mode: str, module, facts: KernelFacts, variant: KernelVariant, name: str):
+    """Give a kernel made from a record what the full path gives it: the energy instantiated in its module, and the
+    dual namespace (Warp is about to hash or generate the module: see ``warp_compat.complete_before_rehash``)."""
+    fn, ns = _instance(energy, mode, module, facts, variant.dual)
+    if fn.key != name:
+        raise RuntimeError(  # the kernel's name digests the energy's: a bug, not a miss
+            f"the energy of kernel {kern.key} (module {module.name}) is {fn.key}, its record says {name}; delete the "
+            f"folder warp_meshad_keys in Warp's kernel cache ({wp.config.kernel_cache_dir})")
+    scope = kern.func.__globals__  # the kernel text's namespace (kernel_source.make_kernel)
+    scope["_energy"], scope["_D"] = fn, ns

@@ -17,6 +17,7 @@ import warp as wp
 __all__ = [
     "binary_hash",
     "codegen_error_frames",
+    "complete_before_rehash",
     "constant_text",
     "function_return_types",
     "generate_module_code",
@@ -26,6 +27,7 @@ __all__ = [
     "loaded_binary",
     "matrix_pattern_version",
     "module_hash_record",
+    "module_hashed",
     "module_options_text",
     "register_function",
     "seed_module_hash",
@@ -314,6 +316,75 @@ def seed_module_hash(module, record: dict, device, kernels=()) -> bool:
         module.hashers[block_dim] = hasher
         module.resolved_options[block_dim] = options
     return True
+
+
+def module_hashed(module) -> bool:
+    """Whether Warp has loaded ``module`` and holds its hashes now (what :func:`module_hash_record` reads): False
+    after a change marked it modified, until its next launch hashes it again.
+
+    Warp 1.19: ``Module.execs`` (loaded binaries) and ``Module.hashers`` (emptied by ``mark_modified``).
+    """
+    return bool(module.execs) and bool(module.hashers)
+
+
+class _SeededModule(wp.Module):
+    """The class of a module while :func:`complete_before_rehash` has completions pending; never instantiated (a
+    module's class is switched to it, and back to ``wp.Module`` once completed).
+
+    Each override runs the pending completions first, and only where Warp is about to read the kernels' content:
+    hashing the module for a block size it has no hash of, hashing it anew, generating its code, or building a
+    kernel's adjoint for launch metadata. A launch of a module whose hashes are known costs one extra call.
+    """
+
+    def _wm_complete(self) -> None:
+        completions = self.__dict__.pop("_wm_completions", ())
+        self.__class__ = wp.Module
+        hashers, options = dict(self.hashers), dict(self.resolved_options)
+        for complete in completions:
+            complete()
+        # completing registers the kernels' functions in the module, which empties its hashes (mark_modified); the
+        # content is the one the hashes were computed from (complete_before_rehash's contract), so they still hold
+        for block_dim, hasher in hashers.items():
+            self.hashers.setdefault(block_dim, hasher)
+            self.resolved_options.setdefault(block_dim, options[block_dim])
+
+    def get_module_hash(self, block_dim=None):
+        bd = self.options["block_dim"] if block_dim is None else block_dim
+        if bd not in self.hashers or self.has_unresolved_static_expressions:
+            self._wm_complete()
+        return wp.Module.get_module_hash(self, block_dim)
+
+    def hash_module(self):
+        self._wm_complete()
+        return wp.Module.hash_module(self)
+
+    def _run_codegen(self, *args, **kwargs):
+        self._wm_complete()
+        return wp.Module._run_codegen(self, *args, **kwargs)
+
+    def _get_kernel_tid_extent_limit(self, *args, **kwargs):
+        self._wm_complete()
+        return wp.Module._get_kernel_tid_extent_limit(self, *args, **kwargs)
+
+
+def complete_before_rehash(module, complete: Callable[[], None]) -> None:
+    """Run ``complete()`` once, before Warp next reads the content of ``module``'s kernels.
+
+    For a module given its hashes by :func:`seed_module_hash` whose kernels were made without what they call (the
+    function is not built: Warp never reads it while the given hashes serve). Should Warp need the real content
+    after all (the module marked modified and hashed anew, a launch with a block size not recorded, its code
+    generated because the binary is gone, an ahead-of-time compile), ``complete()`` puts the missing functions in
+    place first; it must not change the content, so the given hashes stay valid.
+
+    Warp 1.19: hashing goes through ``Module.get_module_hash(block_dim)`` (which builds a ``ModuleHasher`` when
+    ``block_dim`` is not in ``Module.hashers``) and ``Module.hash_module``; code generation through
+    ``Module._run_codegen``; the launch-extent check through ``Module._get_kernel_tid_extent_limit``. The module's
+    class is switched to a subclass overriding those four (plain Python classes, no ``__slots__``).
+    """
+    pending = module.__dict__.setdefault("_wm_completions", [])
+    pending.append(complete)
+    if type(module) is wp.Module:
+        module.__class__ = _SeededModule
 
 
 def type_code(t) -> str:
