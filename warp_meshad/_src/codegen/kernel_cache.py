@@ -13,8 +13,8 @@ the cache, the kernel is made from its text alone (no energy rewrite, no dual li
 recorded hash is given to Warp, which then loads the binary as usual). Otherwise the kernel is built in full, Warp
 hashes it, and the record is kept for the next process. Should Warp need a record-made kernel's content after all
 (its module marked modified, a launch with a block size not recorded, the binary gone), the energy is instantiated
-then, before Warp reads it (``warp_compat.complete_before_rehash``). ``WARP_MESHAD_MODULE_RECORDS=1`` turns the
-records on.
+then, before Warp reads it (``warp_compat.complete_before_rehash``). ``WARP_MESHAD_MODULE_RECORDS=0`` turns the
+records off.
 
 A term module holds exactly one kernel (:func:`_module`).
 """
@@ -55,8 +55,8 @@ __all__ = [
 
 _KERNELS: dict = {}  # (energy id, variant, shape, data type, projection id) -> (wp.Kernel, energy, projection)
 _MODULE_OWNERS: dict = {}  # Warp module name -> the _KERNELS key it was made for: one kernel per term module
-# The records of the warm first call (see the module docstring) are on where this variable is "1" (or "true", "yes");
-# otherwise every term module takes Warp's normal path (energy rewrite, dual import, Warp's hashing).
+# The records of the warm first call (see the module docstring) are on unless this variable is "0" (or "false",
+# "no", "off"): then every term module takes Warp's normal path (energy rewrite, dual import, Warp's hashing).
 RECORDS_VARIABLE = "WARP_MESHAD_MODULE_RECORDS"
 _PENDING: list = []  # (key, module, record) of modules built in full, whose Warp hashes are not recorded yet
 
@@ -313,9 +313,9 @@ def _module_key(term, mode: str, module, facts: KernelFacts, variant: KernelVari
 
 
 def records_enabled() -> bool:
-    """Whether term modules use their records (``WARP_MESHAD_MODULE_RECORDS`` is "1", "true" or "yes"; read at each
-    kernel build)."""
-    return os.environ.get(RECORDS_VARIABLE, "").strip().lower() in ("1", "true", "yes")
+    """Whether term modules use their records (on unless ``WARP_MESHAD_MODULE_RECORDS`` is "0", "false", "no" or
+    "off"; read at each kernel build)."""
+    return os.environ.get(RECORDS_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _cached_kernel(term, mode: str, facts: KernelFacts, variant: KernelVariant, module, key: str | None):
