@@ -312,6 +312,225 @@ def test_input_validation_messages(device):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
+# Factorizations serving several solves: reuse_factorization, float32 factors (SciPy, QDLDL here; cuDSS below)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _dense_of(A):
+    """A (BSR, 3x3 or 1x1 blocks) as a dense numpy matrix."""
+    nnz = A.nnz_sync()
+    bs = A.block_shape[0]
+    vals = A.values.numpy()[:nnz].reshape(nnz, bs, bs)
+    offsets, columns = A.offsets.numpy(), A.columns.numpy()[:nnz]
+    dense = np.zeros((A.nrow * bs, A.ncol * bs))
+    for r in range(A.nrow):
+        for t in range(offsets[r], offsets[r + 1]):
+            c = columns[t]
+            dense[r * bs : (r + 1) * bs, c * bs : (c + 1) * bs] = vals[t]
+    return dense
+
+
+def _perturb_diagonal(A, amount, seed):
+    """Add ``amount`` times a random SPD block to every diagonal block of A, in place (same pattern: a new matrix of
+    the sequence, SPD if A was, not a multiple of it)."""
+    rng = np.random.default_rng(seed)
+    nnz = A.nnz_sync()
+    bs = A.block_shape[0]
+    vals = A.values.numpy().copy()
+    offsets, columns = A.offsets.numpy(), A.columns.numpy()
+    for r in range(A.nrow):
+        t = offsets[r] + int(np.flatnonzero(columns[offsets[r] : offsets[r + 1]] == r)[0])
+        m = rng.standard_normal((bs, bs))
+        vals[t] += amount * (m @ m.T + np.eye(bs)).reshape(vals[t].shape)
+    A.values.assign(vals)
+    return nnz
+
+
+def _solve_sequence(solver, A, b, x, amounts, seed=0):
+    """Solve A_k x = b for A_k = A_{k-1} + diagonal perturbation (amounts[k]); per solve: (info, relative error vs
+    numpy, relative residual)."""
+    out = []
+    b_np = _flat(b).astype(np.float64)
+    for k, amount in enumerate(amounts):
+        if amount:
+            _perturb_diagonal(A, amount, seed + k)
+        info = solver.solve(A, b, x)
+        dense = _dense_of(A)
+        ref = np.linalg.solve(dense, b_np)
+        err = np.linalg.norm(_flat(x) - ref) / np.linalg.norm(ref)
+        res = np.linalg.norm(b_np - dense @ _flat(x)) / np.linalg.norm(b_np)
+        out.append((info, err, res))
+    return out
+
+
+# small steps a kept factorization serves, a jump it cannot, then small steps again
+_AMOUNTS = [0.0, 0.02, 0.02, 0.02, 0.02, 3.0, 0.02, 0.02]
+
+
+@pytest.mark.parametrize("name", ["qdldl", "scipy"])
+def test_reused_factorization_gives_the_fresh_solution(device, name):
+    """reuse_factorization=3: every solve of an SPD sequence equals numpy's to the refinement tolerance; the small
+    steps reuse the factors (at most 3 solves per factorization), the jump refactorizes early; the counters add up."""
+    A, dense, b_np, b, x = spd_system(n=40, bs=3, seed=21, device=device)
+    # refine_budget=None: no time rule (these factorizations take less than a millisecond: the rule would refactor)
+    solver = make_linear_solver(name, reuse_factorization=3, refine_budget=None)
+    assert solver.reuse_factorization == 3 and solver.refine_tol == 1e-10
+    got = _solve_sequence(solver, A, b, x, _AMOUNTS)
+    for info, err, res in got:
+        assert res <= 1e-10 and err <= 1e-8, (info, err, res)
+        assert info.iterations == 1 + info.refinement_iterations and info.factor_dtype == "float64"
+        assert info.converged and info.residual_norm <= 1e-10 * np.linalg.norm(b_np)
+    flags = [info.factorized for info, _, _ in got]
+    assert flags[0] and not flags[1] and not flags[2] and flags[3]  # at most 3 solves per factorization
+    assert flags[5]  # the jump: its PCG gives up, the call refactorizes
+    assert solver.early_refactorizations >= 1 and got[5][0].refinement_iterations >= 1
+    assert all(info.factor_ms == 0.0 for info, _, _ in got if not info.factorized)
+    assert solver.factorizations == sum(flags) and solver.reused_solves == len(flags) - sum(flags)
+    assert solver.reused_solves >= 3
+
+
+def test_reuse_off_is_the_plain_solve(device):
+    # reuse_factorization=1 (the default) factorizes every solve and reports as before: no refinement, no dtype
+    A, dense, b_np, b, x = spd_system(n=30, seed=22, device=device)
+    solver = QdldlSolver()
+    got = _solve_sequence(solver, A, b, x, [0.0, 0.02, 0.02])
+    assert all(info.factorized and info.iterations == 1 and info.factor_dtype is None for info, _, _ in got)
+    assert all(err <= 1e-10 for _, err, _ in got)
+    assert solver.factorizations == solver.reused_solves == 0  # counted by the options' path only
+
+
+@pytest.mark.parametrize("name", ["qdldl", "scipy"])
+def test_reused_factors_on_an_indefinite_sequence_stay_correct(device, name):
+    """An indefinite symmetric sequence (no PCG): the refinement goes on as classic iterative refinement or gives up
+    and refactorizes; every answer is still numpy's."""
+    A, dense, b_np, b, x = spd_system(n=30, bs=3, seed=23, device=device, shift=-0.5)
+    assert np.linalg.eigvalsh(dense).min() < 0
+    solver = make_linear_solver(name, reuse_factorization=4, refine_budget=None)
+    for info, err, res in _solve_sequence(solver, A, b, x, [0.0, 0.01, 0.01, 2.0, 0.01]):
+        assert err <= 1e-8 and res <= 1e-10, (info, err, res)
+
+
+def test_resolve_with_reused_factors_solves_the_current_matrix(device):
+    # after a solve that reused older factors, resolve() (another right-hand side, same matrix) refines on the
+    # current matrix too: numpy's answer, no factorization
+    A, dense, b_np, b, x = spd_system(n=30, seed=24, device=device)
+    solver = QdldlSolver(reuse_factorization=2, refine_budget=None)
+    got = _solve_sequence(solver, A, b, x, [0.0, 0.02])
+    assert not got[1][0].factorized
+    b2_np = np.random.default_rng(3).standard_normal(b_np.size)
+    b2 = wp.array(b2_np.reshape(-1, 3), dtype=b.dtype, device=device)
+    info = solver.resolve(A, b2, x)
+    np.testing.assert_allclose(_flat(x), np.linalg.solve(_dense_of(A), b2_np), rtol=1e-8, atol=1e-9)
+    assert not info.factorized and info.factor_ms == 0.0 and solver.factorizations == 1
+    # forget_factors(): the next solve factorizes
+    solver.forget_factors()
+    assert solver.solve(A, b, x).factorized and solver.factorizations == 2
+
+
+def test_scipy_float32_factors_refine_to_float64_accuracy(device):
+    """factor_dtype='float32': SuperLU of a float32 copy, refined in float64 to refine_tol: float64 accuracy (a
+    float32 solve alone is ~1e-6 off), reported as float32 factors; combined with reuse too."""
+    A, dense, b_np, b, x = spd_system(n=40, bs=3, seed=25, device=device)
+    solver = ScipySolver(factor_dtype="float32")
+    for info, err, res in _solve_sequence(solver, A, b, x, [0.0, 0.02, 3.0]):
+        assert info.factorized and info.factor_dtype == "float32" and info.refinement_iterations >= 1
+        assert err <= 1e-8 and res <= 1e-10, (info, err, res)
+    assert solver.float64_fallbacks == 0 and solver.factorizations == 3
+    both = ScipySolver(factor_dtype="float32", reuse_factorization=2, refine_budget=None)
+    A, _, _, b, x = spd_system(n=40, bs=3, seed=25, device=device)
+    got = _solve_sequence(both, A, b, x, [0.0, 0.02])
+    assert [info.factorized for info, _, _ in got] == [True, False]
+    assert all(info.factor_dtype == "float32" and err <= 1e-8 for info, err, _ in got)
+
+
+def test_scipy_float32_factors_fall_back_to_float64_when_too_ill_conditioned(device):
+    # condition number ~1e11: float32 factors cannot refine to the tolerance; the call factorizes in float64, says
+    # so, and answers as a float64 solve does
+    A, dense, b_np, b, x = spd_system(n=40, bs=3, seed=3, device=device, shift=1e-10)
+    plain = wp.zeros_like(x)
+    ScipySolver().solve(A, b, plain)
+    solver = ScipySolver(factor_dtype="float32")
+    info = solver.solve(A, b, x)
+    assert solver.float64_fallbacks == 1 and info.factor_dtype == "float64" and info.factorized
+    np.testing.assert_allclose(_flat(x), _flat(plain), rtol=1e-12, atol=0)
+
+
+def test_reuse_options_are_checked_and_auto_passes_them():
+    for bad in (0, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="reuse_factorization"):
+            QdldlSolver(reuse_factorization=bad)
+    with pytest.raises(ValueError, match="factor_dtype"):
+        ScipySolver(factor_dtype="float16")
+    with pytest.raises(ValueError, match="refine_tol"):
+        ScipySolver(refine_tol=0.0)
+    with pytest.raises(ValueError, match="refine_maxiter"):
+        ScipySolver(refine_maxiter=0)
+    with pytest.raises(ValueError, match="refine_budget"):
+        ScipySolver(refine_budget=0.0)
+    with pytest.raises(TypeError, match="factor_dtype"):
+        make_linear_solver("qdldl", factor_dtype="float32")  # QDLDL factors in float64 only
+    auto = make_linear_solver("auto", device="cpu", reuse_factorization=2)
+    assert auto.name == "qdldl" and auto.reuse_factorization == 2
+    auto = make_linear_solver("auto", device="cpu", factor_dtype="float32")
+    assert auto.name == "scipy" and auto.factor_dtype == "float32"
+
+
+def _twisted_box(device, n=5):
+    """Stable Neo-Hookean box (as benchmarks/newton_tet.py): x_min pinned, x_max turned 90 degrees and pulled 30%."""
+    import warp_meshad as wm
+    from warp_meshad.kernels.energies import (StableNeoHookeanData, stable_neo_hookean_F,
+                                              stable_neo_hookean_F_hessian_proj)
+
+    mesh = wm.TetMesh.box(n, n, n)
+    X = mesh.vertices
+    data = StableNeoHookeanData()
+    data.rest_inverse = wp.array(mesh.rest_matrix_inverses(), dtype=wp.mat33d, device=device)
+    data.volume = wp.array(mesh.volumes(), dtype=wp.float64, device=device)
+    data.mu, data.lam = wp.float64(1.0e4), wp.float64(4.0e4)
+    problem = wm.Problem(mesh.vertex_count, 3, dtype=wp.float64, device=device)
+    problem.add_deformation_term(mesh.tets, stable_neo_hookean_F, rest_inverse=data.rest_inverse, data=data,
+                                 projection=stable_neo_hookean_F_hessian_proj)  # fmt: skip
+    lo, hi = np.flatnonzero(X[:, 0] < 1e-9), np.flatnonzero(X[:, 0] > 1.0 - 1e-9)
+    x0 = X.copy()
+    c, s = np.cos(np.pi / 2), np.sin(np.pi / 2)
+    y, z = X[hi, 1] - 0.5, X[hi, 2] - 0.5
+    x0[hi] = np.stack([1.3 * X[hi, 0], 0.5 + c * y - s * z, 0.5 + s * y + c * z], axis=1)
+    return problem, wp.array(x0, dtype=wp.vec3d, device=device), np.concatenate([lo, hi])
+
+
+def test_newton_with_reused_and_float32_factors_reaches_the_same_minimum(device):
+    """Projected Newton on a twisted stable Neo-Hookean box: factors reused (QDLDL, k = 3; host and device loop) and
+    float32 factors (SciPy) reach the plain solve's minimum within the Newton tolerance, in the same number of
+    iterations (+-1); reused solves show as more than one solve with the factors per linear solve."""
+    from warp_meshad._src.solve.solvers import NewtonSolver
+
+    problem, x0, fixed = _twisted_box(device)
+    e0 = problem.eval(x0)
+    tol = 1e-9 * e0
+    runs = {}
+    for key, backend, loop in (("plain", QdldlSolver(), False),
+                               ("reuse", QdldlSolver(reuse_factorization=3, refine_budget=None), False),
+                               ("float32", ScipySolver(factor_dtype="float32"), False),
+                               ("reuse_device_loop", QdldlSolver(reuse_factorization=3, refine_budget=None), True)):
+        solver = NewtonSolver(problem, linear_solver=backend, fixed=fixed, device_loop=loop)
+        result = solver.solve(x0, max_iterations=30, tolerance=tol)
+        assert result.converged and result.reason == "newton_decrement", (key, result.reason)
+        assert result.steepest_descent_fallbacks == 0 and result.linear_solves_capped == 0
+        runs[key] = (result, backend)
+    plain = runs["plain"][0]
+    assert 5 <= plain.iterations <= 15
+    for key in ("reuse", "float32", "reuse_device_loop"):
+        result, backend = runs[key]
+        assert abs(result.iterations - plain.iterations) <= 1, (key, result.iterations, plain.iterations)
+        assert abs(result.energies[-1] - plain.energies[-1]) <= tol, key
+        np.testing.assert_allclose(result.x.numpy(), plain.x.numpy(), rtol=0, atol=1e-6)
+    reuse = runs["reuse"][1]
+    assert reuse.reused_solves >= 1 and reuse.factorizations + reuse.reused_solves == len(runs["reuse"][0].linear_iterations)
+    assert max(runs["reuse"][0].linear_iterations) > 1  # a reused solve: x0 and its PCG iterations
+    assert runs["float32"][1].float64_fallbacks == 0 and min(runs["float32"][0].linear_iterations) >= 1
+
+
+# ----------------------------------------------------------------------------------------------------------------------
 # GPU (need a CUDA device whatever the test device; skipped, saying so, without one)
 # ----------------------------------------------------------------------------------------------------------------------
 
@@ -442,3 +661,69 @@ def test_gpu_backends_work_from_any_thread(name):
     if name == "cudss":
         in_thread(lambda: solver.resolve(A, b, x))
         np.testing.assert_allclose(_flat(x), np.linalg.solve(2.0 * dense, b_np), rtol=1e-7, atol=1e-8)
+
+
+_CUDSS_OPTIONS = [
+    {"reuse_factorization": 3, "refine_budget": None},
+    {"factor_dtype": "float32"},
+    {"factor_dtype": "float32", "reuse_factorization": 2, "refine_budget": None},
+    {"matrix_type": "spd", "reuse_factorization": 3, "refine_budget": None},
+    {"execution": "hybrid"},
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("options", _CUDSS_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_gpu_cudss_options_give_the_plain_solution(options):
+    """cuDSS with reused factors, float32 factors (refined in float64), both, and hybrid execution: every solve of an
+    SPD sequence equals numpy's and plain cuDSS's to the refinement tolerance; reuse and float32 show in the infos;
+    the options' solves synchronize (defers_checks False), plain and hybrid cuDSS defer."""
+    _require_backend("cudss")
+    from warp_meshad._src.solve.linear import CudssSolver
+
+    A, dense, b_np, b, x = spd_system(n=60, bs=3, seed=31, device="cuda:0")
+    A2, _, _, b2, x2 = spd_system(n=60, bs=3, seed=31, device="cuda:0")
+    solver, plain = CudssSolver(**options), CudssSolver()
+    got = _solve_sequence(solver, A, b, x, _AMOUNTS)
+    ref = _solve_sequence(plain, A2, b2, x2, _AMOUNTS)
+    for (info, err, res), (_, err_plain, _) in zip(got, ref):
+        assert err <= 1e-8 and res <= 1e-10 and err_plain <= 1e-10, (info, err, res, err_plain)
+    flags = [info.factorized for info, _, _ in got]
+    reuse = options.get("reuse_factorization", 1)
+    float32 = options.get("factor_dtype") == "float32"
+    assert solver.defers_checks == (reuse == 1 and not float32)
+    if reuse > 1:
+        assert not all(flags) and solver.reused_solves == flags.count(False) >= 2
+    else:
+        assert all(flags)
+    if float32:
+        assert all(info.factor_dtype == "float32" for info, _, _ in got) and solver.float64_fallbacks == 0
+    np.testing.assert_allclose(_flat(x), _flat(x2), rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.gpu
+def test_gpu_newton_with_cudss_options_reaches_the_same_minimum():
+    """The twisted stable Neo-Hookean box on the GPU: cuDSS with reused factors (host and device loop) and with
+    float32 factors reaches plain cuDSS's minimum within the Newton tolerance, iterations within one."""
+    _require_backend("cudss")
+    from warp_meshad._src.solve.linear import CudssSolver
+    from warp_meshad._src.solve.solvers import NewtonSolver
+
+    problem, x0, fixed = _twisted_box("cuda:0")
+    e0 = problem.eval(x0)
+    tol = 1e-9 * e0
+    results = {}
+    for key, options, loop in (("plain", {}, False), ("reuse", {"reuse_factorization": 3}, False),
+                               ("float32", {"factor_dtype": "float32"}, False),
+                               ("reuse_device_loop", {"reuse_factorization": 3}, True)):
+        backend = CudssSolver(**options)
+        result = NewtonSolver(problem, linear_solver=backend, fixed=fixed, device_loop=loop).solve(
+            x0, max_iterations=30, tolerance=tol)
+        assert result.converged and result.steepest_descent_fallbacks == 0, (key, result.reason)
+        results[key] = result
+    plain = results["plain"]
+    for key, result in results.items():
+        assert abs(result.iterations - plain.iterations) <= 1, (key, result.iterations, plain.iterations)
+        assert abs(result.energies[-1] - plain.energies[-1]) <= tol, key
+        np.testing.assert_allclose(result.x.numpy(), plain.x.numpy(), rtol=0, atol=1e-6)
+

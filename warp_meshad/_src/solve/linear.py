@@ -27,10 +27,39 @@ Back-ends (pick one by name with :func:`make_linear_solver`):
 The sparsity pattern of ``A`` is identified by its ``offsets``/``columns`` array objects, their addresses, the block
 count and the shape: a matrix whose pattern is rebuilt *in place* in the same arrays must be announced with
 :meth:`LinearSolver.invalidate_pattern` (or by bumping an integer ``pattern_version`` attribute on the matrix).
+
+Factorizations that serve more than one solve (``"cudss"``, ``"qdldl"``, ``"scipy"``; keyword options of their
+constructors, default off):
+
+- ``reuse_factorization=k``: one numeric factorization serves at most ``k`` calls of :meth:`LinearSolver.solve` on
+  matrices of the same pattern (a Newton run's Hessians). The call that factorizes solves as without the option; the
+  next ``k - 1`` calls keep the factors ``M`` of that older matrix and use them to precondition a refinement on the
+  current matrix, from ``x0 = M^-1 b``, until ``||b - A x|| <= refine_tol ||b||``: a preconditioned conjugate
+  gradient (PCG), which needs a symmetric positive definite matrix (projected Newton's Hessians with Dirichlet rows
+  are); where it meets a non-positive curvature it goes on as classic iterative refinement ``x += M^-1 (b - A x)``
+  (from the start for ``ScipySolver(symmetric=False)``). A refinement that does not get there within
+  ``refine_maxiter`` iterations, or whose rate over its first iterations says it would miss that cap or take longer
+  than ``refine_budget`` (default 1) times the numeric factorization that made ``M``, is abandoned and the call
+  refactorizes at once ("early refactorization"), restarting the count. So a reused solve never costs much more
+  than refactorizing, and a failed refinement costs time, never a wrong answer.
+- ``factor_dtype="float32"`` (``"cudss"``, ``"scipy"``): the numeric factorization is of a float32 copy of the
+  float64 matrix; each solve takes ``x0`` from the float32 factors and refines it in float64 as above (residual
+  ``b - A x`` with the float64 matrix, corrections by the float32 factors) to the same ``refine_tol``. If that fails
+  (a matrix too ill-conditioned for float32 factors), the call factorizes the float64 matrix and solves with it
+  ("float64 fallback"). Both options combine: reused float32 factors.
+- Tolerance: ``refine_tol`` (default 1e-10) is relative to ``||b||``, and never tighter than ten times the relative
+  residual the last float64 factorization reached on the pattern (what float64 factors attain on that matrix).
+  A refined solve is accepted on its true residual ``||b - A x||`` (one more SpMV).
+- :class:`LinearSolveInfo` says what a call did: ``factorized`` (False when it reused older factors),
+  ``refinement_iterations`` (refinement iterations after ``x0``; ``iterations`` is ``1 + refinement_iterations``,
+  the solves with the factors), ``factor_dtype``; the back-end counts ``factorizations``, ``reused_solves``,
+  ``early_refactorizations`` and ``float64_fallbacks``. The options are attributes of the back-end and may be
+  changed between solves; :meth:`forget_factors` drops the kept factors.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import math
@@ -45,7 +74,7 @@ import warp as wp
 import warp.sparse as wps
 
 from warp_meshad._src.codegen.warp_compat import matrix_pattern_version
-from warp_meshad._src.solve.vector_ops import norm
+from warp_meshad._src.solve.vector_ops import axpy_into, dot, lincomb_into, norm
 
 __all__ = [
     "LINEAR_SOLVER_NAMES",
@@ -88,6 +117,13 @@ class LinearSolveInfo:
         factor_ms: time of numeric factorization (CG: building the preconditioner).
         solve_ms: time of the solve itself (triangular solves, or the CG iterations).
         converged: False when an iterative back-end stopped at its iteration cap above tolerance.
+        factorized: False when a direct back-end reused the factors of an earlier matrix (``reuse_factorization``):
+            then ``factor_ms`` is 0 and ``solve_ms`` holds the refinement. True for every other call (iterative
+            back-ends: their preconditioner is rebuilt).
+        refinement_iterations: PCG iterations on top of the first solve with the factors (reused or float32
+            factors; also the iterations of a PCG abandoned before an early refactorization in the same call).
+        factor_dtype: ``"float32"`` or ``"float64"``: the precision of the factors this call solved with, where a
+            ``reuse_factorization`` / ``factor_dtype`` option is on; None otherwise (the matrix's own precision).
     """
 
     backend: str
@@ -97,6 +133,9 @@ class LinearSolveInfo:
     factor_ms: float
     solve_ms: float
     converged: bool = True
+    factorized: bool = True
+    refinement_iterations: int = 0
+    factor_dtype: str | None = None
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -394,11 +433,239 @@ class LinearSolver:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
+# Factorizations serving several solves: reuse across matrices, float32 factors (module docstring)
+# ----------------------------------------------------------------------------------------------------------------------
+
+FACTOR_DTYPES = ("float64", "float32")
+
+
+def _check_reuse_options(owner: str, reuse_factorization, factor_dtype, refine_tol, refine_maxiter,
+                         refine_budget) -> None:
+    if isinstance(reuse_factorization, bool) or not isinstance(reuse_factorization, (int, np.integer)) \
+            or reuse_factorization < 1:
+        raise ValueError(f"{owner}: reuse_factorization: expected an int >= 1 (1: factorize every solve), "
+                         f"got {reuse_factorization!r}")
+    if factor_dtype not in FACTOR_DTYPES:
+        raise ValueError(f"{owner}: factor_dtype: expected one of {FACTOR_DTYPES}, got {factor_dtype!r}")
+    if not (isinstance(refine_tol, (int, float)) and 0.0 < refine_tol < 1.0):
+        raise ValueError(f"{owner}: refine_tol: expected a relative residual in (0, 1), got {refine_tol!r}")
+    if isinstance(refine_maxiter, bool) or not isinstance(refine_maxiter, (int, np.integer)) or refine_maxiter < 1:
+        raise ValueError(f"{owner}: refine_maxiter: expected an int >= 1, got {refine_maxiter!r}")
+    if refine_budget is not None and not (isinstance(refine_budget, (int, float)) and refine_budget > 0.0):
+        raise ValueError(f"{owner}: refine_budget: expected a factor > 0 or None, got {refine_budget!r}")
+
+
+class _ReusedFactors:
+    """Mixin of the direct back-ends: a factorization reused across matrices, float32 factors (see the module
+    docstring for the semantics). Off (``reuse_factorization=1``, ``factor_dtype="float64"``), :meth:`solve` and
+    :meth:`resolve` are the back-end's own ``_plain_solve`` / ``_plain_resolve``.
+
+    A back-end provides ``_plain_solve(A, b, x)`` (factorize A in its own precision and solve, keeping the factors),
+    ``_plain_resolve(A, b, x)``, ``_apply_native(r, z)`` (``z = M^-1 r`` with the factors of the last
+    ``_plain_solve``), and where ``factor_dtype="float32"`` is offered ``_factor32(A) -> (analysis_ms, factor_ms)``
+    (raises :class:`LinearSolveError` when the float32 factorization fails) and ``_apply32(r, z)``;
+    ``_policy_scope(A)`` wraps a call (cuDSS: its device and stream).
+    """
+
+    def _init_reuse(self, reuse_factorization: int, factor_dtype: str, refine_tol: float, refine_maxiter: int,
+                    refine_budget: float | None):
+        _check_reuse_options(type(self).__name__, reuse_factorization, factor_dtype, refine_tol, refine_maxiter,
+                             refine_budget)
+        self.reuse_factorization = int(reuse_factorization)
+        self.factor_dtype = factor_dtype
+        self.refine_tol = float(refine_tol)
+        self.refine_maxiter = int(refine_maxiter)
+        self.refine_budget = None if refine_budget is None else float(refine_budget)
+        self.factorizations = 0  # numeric factorizations made by calls with an option on
+        self.reused_solves = 0  # calls that solved with the factors of an earlier matrix
+        self.early_refactorizations = 0  # calls whose PCG with reused factors failed, so they refactorized
+        self.float64_fallbacks = 0  # calls whose float32 refinement failed, so they factorized in float64
+        self._refine_work = None
+        self.forget_factors()
+
+    def forget_factors(self) -> None:
+        """Drop the numeric factors kept for reuse: the next :meth:`solve` factorizes (the sparsity-pattern work,
+        e.g. cuDSS's plans, stays). For a matrix known to differ much from the last one (a new time step)."""
+        self._reuse_kind = None  # "native" (the matrix's precision) or "float32": the factors kept
+        self._reuse_key = None  # the pattern they belong to
+        self._uses = 0  # solves they served
+        self._factor_ms = 0.0  # time of the numeric factorization that made them
+        self._attained = 0.0  # relative residual of the last solve with fresh native factors on that pattern
+
+    @property
+    def _policy(self) -> bool:
+        return self.reuse_factorization > 1 or self.factor_dtype == "float32"
+
+    def invalidate_pattern(self) -> None:
+        super().invalidate_pattern()
+        self.forget_factors()
+
+    @contextlib.contextmanager
+    def _policy_scope(self, A):
+        yield
+
+    def solve(self, A, b, x):
+        if not self._policy:
+            return self._plain_solve(A, b, x)
+        _check_system(A, b, x)
+        with self._policy_scope(A):
+            return self._policy_solve(A, b, x, reuse=True)
+
+    def resolve(self, A, b, x):
+        if not self._policy:
+            return self._plain_resolve(A, b, x)
+        _check_system(A, b, x)
+        with self._policy_scope(A):
+            if self._reuse_kind is not None and self._reuse_key == _pattern_key(A):
+                info = self._with_kept_factors(A, b, x, norm(b))
+                if info is not None:
+                    return info
+            return self._policy_solve(A, b, x, reuse=False)
+
+    # -- the policy -------------------------------------------------------------------------------------------------
+
+    def _kind_name(self, kind: str, A) -> str:
+        return "float32" if kind == "float32" else _type_name(A.scalar_type)
+
+    def _with_kept_factors(self, A, b, x, b_norm: float) -> LinearSolveInfo | None:
+        """Solve with the kept factors refined by PCG; None (x overwritten) when the PCG fails or would take longer
+        than the numeric factorization that made them."""
+        apply = self._apply32 if self._reuse_kind == "float32" else self._apply_native
+        t0 = self._now(A.device)
+        budget = None if self.refine_budget is None else self.refine_budget * self._factor_ms
+        its, ok, residual = self._refine(A, b, x, apply, b_norm, budget_ms=budget)
+        self._abandoned = (its, self._ms_since(t0, A.device))
+        if not ok:
+            return None
+        return LinearSolveInfo(self.name, 1 + its, residual, 0.0, 0.0, self._abandoned[1], True, factorized=False,
+                               refinement_iterations=its, factor_dtype=self._kind_name(self._reuse_kind, A))
+
+    def _policy_solve(self, A, b, x, reuse: bool) -> LinearSolveInfo:
+        device = A.device
+        b_norm = norm(b)
+        if not math.isfinite(b_norm):
+            raise LinearSolveError(f"{self.name}: the right-hand side is not finite")
+        extra_its, extra_ms, extra_analysis, extra_factor = 0, 0.0, 0.0, 0.0
+        if (reuse and self._reuse_kind is not None and self._reuse_key == _pattern_key(A)
+                and self._uses < self.reuse_factorization):
+            info = self._with_kept_factors(A, b, x, b_norm)
+            if info is not None:
+                self._uses += 1
+                self.reused_solves += 1
+                return info
+            self.early_refactorizations += 1
+            extra_its, extra_ms = self._abandoned
+        self._reuse_kind = None
+        info, kind = None, "native"
+        if self.factor_dtype == "float32" and A.scalar_type == wp.float64:
+            try:
+                analysis_ms, factor_ms = self._factor32(A)
+            except LinearSolveError as exc:
+                why, its, solve_ms = str(exc), 0, 0.0
+                analysis_ms = factor_ms = 0.0
+            else:
+                t0 = self._now(device)
+                its, ok, residual = self._refine(A, b, x, self._apply32, b_norm)
+                solve_ms = self._ms_since(t0, device)
+                why = f"float64 relative residual {residual / max(b_norm, 1e-300):.1e} after {its} refinement iterations"
+                if ok:
+                    info, kind = LinearSolveInfo(self.name, 1 + its, residual, analysis_ms, factor_ms, solve_ms,
+                                                 refinement_iterations=its, factor_dtype="float32"), "float32"
+            if info is None:
+                self.float64_fallbacks += 1
+                if self.float64_fallbacks == 1:
+                    _logger.warning("%s: float32 factors did not reach refine_tol (%s); this call and later failing "
+                                    "ones factorize in float64", self.name, why)
+                extra_its, extra_ms = extra_its + its, extra_ms + solve_ms
+                extra_analysis, extra_factor = analysis_ms, factor_ms
+        if info is None:
+            info = self._plain_solve(A, b, x)
+            info.factor_dtype = self._kind_name("native", A)
+            if b_norm > 0.0 and math.isfinite(info.residual_norm):
+                self._attained = info.residual_norm / b_norm
+        info.analysis_ms += extra_analysis
+        info.factor_ms += extra_factor
+        info.solve_ms += extra_ms
+        info.refinement_iterations += extra_its
+        info.iterations += extra_its
+        self._reuse_kind, self._reuse_key, self._uses = kind, _pattern_key(A), 1
+        self._factor_ms = info.factor_ms - extra_factor
+        self.factorizations += 1
+        return info
+
+    def _refine(self, A, b, x, apply, b_norm: float, budget_ms: float | None = None) -> tuple[int, bool, float]:
+        """``x = M^-1 b``, then PCG on ``A x = b`` preconditioned by ``M^-1`` (``apply(r, z)``) until
+        ``||b - A x|| <= tol ||b||``, at most ``refine_maxiter`` iterations. Where the PCG meets a non-positive
+        curvature (A or M^-1 not positive definite), it goes on as classic iterative refinement ``x += M^-1 (b - A
+        x)`` (from the start for a back-end told the matrix is not symmetric). From the second iteration on, the rate
+        so far predicts the iterations still needed: the refinement gives up early when they exceed the cap, or when
+        their time would exceed ``budget_ms`` (reused factors: the time of the factorization that made them, so a
+        reused solve never costs much more than refactorizing). Returns (iterations, converged, ||b - A x||)."""
+        target = max(self.refine_tol, 10.0 * self._attained) * b_norm
+        work = self._refine_work
+        if work is None or work[0].shape != b.shape or work[0].dtype != b.dtype or work[0].device != b.device:
+            work = self._refine_work = [wp.empty_like(b) for _ in range(4)]
+        r, z, p, q = work
+        if b_norm == 0.0:
+            x.zero_()
+            return 0, True, 0.0
+        t_start = time.perf_counter()
+        apply(b, x)
+        rn = norm(_residual_into(A, b, x, r))
+        if not math.isfinite(rn) or rn <= target:
+            return 0, math.isfinite(rn), rn
+        r0 = best = rn
+        cg = getattr(self, "symmetric", True)
+        if cg:
+            apply(r, z)
+            rz = dot(r, z)
+            wp.copy(p, z)
+        maxiter = self.refine_maxiter
+        for k in range(1, maxiter + 1):
+            if cg:
+                ok = math.isfinite(rz) and rz > 0.0
+                if ok:
+                    wps.bsr_mv(A, p, q, alpha=1.0, beta=0.0)
+                    pq = dot(p, q)
+                    ok = math.isfinite(pq) and pq > 0.0
+                if ok:
+                    alpha = rz / pq
+                    axpy_into(x, x, alpha, p)
+                    axpy_into(r, r, -alpha, q)
+                    rn = norm(r)
+                else:
+                    cg = False  # not positive definite: classic iterative refinement from here (r = b - A x)
+            if not cg:
+                apply(r, z)
+                axpy_into(x, x, 1.0, z)
+                rn = norm(_residual_into(A, b, x, r))
+            if not math.isfinite(rn):
+                return k, False, rn
+            if rn <= target:
+                if cg:  # the recursive residual says so: check the true one
+                    rn = _residual_norm(A, b, x, q)
+                return k, rn <= target, rn
+            best = min(best, rn)
+            if k >= 2 and k < maxiter:
+                # iterations to the target at the mean rate so far (never, without progress)
+                need = k * math.log(target / best) / math.log(best / r0) if best < r0 else math.inf
+                per_iteration_ms = (time.perf_counter() - t_start) * 1000.0 / (k + 1)  # x0's solve counts as one
+                if k + need > maxiter or (budget_ms and per_iteration_ms * (k + 1 + need) > budget_ms):
+                    return k, False, rn
+            if cg:
+                apply(r, z)
+                rz_new = dot(r, z)
+                lincomb_into(p, 1.0, z, rz_new / rz, p)
+                rz = rz_new
+        return maxiter, False, rn
+
+
+# ----------------------------------------------------------------------------------------------------------------------
 # SciPy (CPU)
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-class ScipySolver(LinearSolver):
+class ScipySolver(_ReusedFactors, LinearSolver):
     """SuperLU on the host through SciPy.
 
     Args:
@@ -407,12 +674,32 @@ class ScipySolver(LinearSolver):
         ordering: SuperLU column ordering (``permc_spec``): ``"MMD_AT_PLUS_A"`` (default, for symmetric patterns),
             ``"COLAMD"``, ``"MMD_ATA"``, ``"NATURAL"``.
         compute_residual: compute ``||b - A x||`` after each solve (one SpMV).
+        reuse_factorization: one factorization serves at most this many solves (1: factorize every solve); between
+            factorizations, PCG on the current matrix preconditioned by the kept factors (module docstring).
+        factor_dtype: ``"float64"`` or ``"float32"``: SuperLU of a float32 copy of a float64 matrix, refined in
+            float64 (module docstring; emulates cuDSS's float32 factors on the CPU).
+        refine_tol: relative residual the refined solves reach (reused or float32 factors).
+        refine_maxiter: iteration cap of a refined solve, past which it refactorizes (reuse) or falls back to
+            float64 factors.
+        refine_budget: a solve with reused factors gives up (and refactorizes) once its predicted time exceeds this
+            factor times the time of the numeric factorization that made the factors; None: the cap only.
+        (With ``symmetric=False`` the refinement is classic iterative refinement, not PCG.)
     """
 
     name = "scipy"
     _ORDERINGS = ("MMD_AT_PLUS_A", "COLAMD", "MMD_ATA", "NATURAL")
 
-    def __init__(self, symmetric: bool = True, ordering: str = "MMD_AT_PLUS_A", compute_residual: bool = True):
+    def __init__(
+        self,
+        symmetric: bool = True,
+        ordering: str = "MMD_AT_PLUS_A",
+        compute_residual: bool = True,
+        reuse_factorization: int = 1,
+        factor_dtype: str = "float64",
+        refine_tol: float = 1e-10,
+        refine_maxiter: int = 20,
+        refine_budget: float | None = 1.0,
+    ):
         super().__init__(compute_residual)
         if ordering not in self._ORDERINGS:
             raise ValueError(f"ordering: expected one of {self._ORDERINGS}, got {ordering!r}")
@@ -421,8 +708,10 @@ class ScipySolver(LinearSolver):
         self._csr = None
         self._lu = None  # the last factorization (resolve) and the pattern it belongs to
         self._lu_of = None
+        self._lu32 = None  # float32 factors (factor_dtype="float32")
+        self._init_reuse(reuse_factorization, factor_dtype, refine_tol, refine_maxiter, refine_budget)
 
-    def solve(self, A, b, x):
+    def _plain_solve(self, A, b, x):
         _check_system(A, b, x)
         t0 = self._now(A.device)
         self._host_pattern(A)
@@ -449,11 +738,43 @@ class ScipySolver(LinearSolver):
         return data
 
     def _write_solution(self, A, x, sol) -> None:
-        if A.device.is_cpu:
+        if x.device.is_cpu:
             x.numpy().reshape(-1)[:] = sol
         else:
             bs = self._csr.block_dim
-            x.assign(sol.reshape((A.nrow,) if bs == 1 else (A.nrow, bs)))
+            sol = sol.astype(wp.dtype_to_numpy(getattr(x.dtype, "_wp_scalar_type_", x.dtype)), copy=False)
+            x.assign(sol.reshape((x.shape[0],) if bs == 1 else (x.shape[0], bs)))
+
+    # -- reuse and float32 factors (_ReusedFactors) ----------------------------------------------------------------
+
+    def _apply_native(self, r, z) -> None:
+        self._write_solution(None, z, self._lu.solve(r.numpy().reshape(-1)))
+
+    def _factor32(self, A) -> tuple[float, float]:
+        import scipy.sparse as sps
+        import scipy.sparse.linalg as spla
+
+        t0 = self._now(A.device)
+        self._host_pattern(A)
+        analysis_ms = self._ms_since(t0, A.device)
+        t0 = time.perf_counter()
+        n = self._csr.size
+        self._lu32 = None
+        data = self._host_values(A).astype(np.float32)
+        if self.symmetric:  # as _factor_solve does
+            mat = sps.csc_matrix((data, self._host_indices, self._host_indptr), shape=(n, n))
+            options, pivot = {"SymmetricMode": True}, 0.01
+        else:
+            mat = sps.csr_matrix((data, self._host_indices, self._host_indptr), shape=(n, n)).tocsc()
+            options, pivot = {}, 1.0
+        try:
+            self._lu32 = spla.splu(mat, permc_spec=self.ordering, diag_pivot_thresh=pivot, options=options)
+        except RuntimeError as exc:
+            raise LinearSolveError(f"{self.name}: float32 factorization failed: {exc}") from exc
+        return analysis_ms, (time.perf_counter() - t0) * 1000.0
+
+    def _apply32(self, r, z) -> None:
+        self._write_solution(None, z, self._lu32.solve(r.numpy().reshape(-1).astype(np.float32)))
 
     def _factor_solve(self, A, b, x, analysis_ms: float) -> LinearSolveInfo:
         import scipy.sparse as sps
@@ -485,7 +806,7 @@ class ScipySolver(LinearSolver):
         solve_ms = self._ms_since(t0, device)
         return LinearSolveInfo("scipy", 1, self._residual(A, b, x), analysis_ms, factor_ms, solve_ms)
 
-    def resolve(self, A, b, x):
+    def _plain_resolve(self, A, b, x):
         _check_system(A, b, x)
         if self._lu is None or self._lu_of != _pattern_key(A):
             return self.solve(A, b, x)
@@ -514,6 +835,8 @@ class QdldlSolver(ScipySolver):
             ``residual_tolerance * ||b||`` (growth in an indefinite matrix) is redone with SuperLU. Without it, only a
             failed factorization or a non-finite solution falls back.
         residual_tolerance: relative residual above which the LDL^T solution is not trusted.
+        reuse_factorization, refine_tol, refine_maxiter, refine_budget: as :class:`ScipySolver` (QDLDL factors in
+            float64 only).
 
     Attributes:
         fallbacks: calls that fell back to SuperLU so far.
@@ -524,8 +847,17 @@ class QdldlSolver(ScipySolver):
 
     name = "qdldl"
 
-    def __init__(self, compute_residual: bool = True, residual_tolerance: float = 1e-6):
-        super().__init__(symmetric=True, compute_residual=compute_residual)
+    def __init__(
+        self,
+        compute_residual: bool = True,
+        residual_tolerance: float = 1e-6,
+        reuse_factorization: int = 1,
+        refine_tol: float = 1e-10,
+        refine_maxiter: int = 20,
+        refine_budget: float | None = 1.0,
+    ):
+        super().__init__(symmetric=True, compute_residual=compute_residual, reuse_factorization=reuse_factorization,
+                         refine_tol=refine_tol, refine_maxiter=refine_maxiter, refine_budget=refine_budget)
         self._qdldl = _import_qdldl()
         self.residual_tolerance = float(residual_tolerance)
         self.fallbacks = 0
@@ -583,10 +915,16 @@ class QdldlSolver(ScipySolver):
         self._ldl_of = _pattern_key(A)
         return LinearSolveInfo(self.name, 1, residual, analysis_ms, factor_ms, solve_ms)
 
-    def resolve(self, A, b, x):
+    def _apply_native(self, r, z) -> None:
+        if self._ldl_of is None:  # the last factorization fell back to SuperLU
+            return super()._apply_native(r, z)
+        rhs = r.numpy().reshape(-1)
+        self._write_solution(None, z, self._ldl.solve(rhs.astype(np.float64, copy=False)).astype(rhs.dtype, copy=False))
+
+    def _plain_resolve(self, A, b, x):
         _check_system(A, b, x)
         if self._ldl is None or self._ldl_of != _pattern_key(A):
-            return super().resolve(A, b, x)  # the last call fell back to SuperLU (its factors), or none yet
+            return super()._plain_resolve(A, b, x)  # the last call fell back to SuperLU (its factors), or none yet
         t0 = time.perf_counter()
         sol = self._ldl.solve(b.numpy().reshape(-1).astype(np.float64, copy=False))
         self._write_solution(A, x, sol.astype(wp.dtype_to_numpy(A.scalar_type), copy=False))
@@ -874,7 +1212,7 @@ class CupySolver(_GpuCsrSolver):
         return info
 
 
-class CudssSolver(_GpuCsrSolver):
+class CudssSolver(_ReusedFactors, _GpuCsrSolver):
     """cuDSS sparse direct solver through ``nvmath.sparse.advanced.DirectSolver`` (GPU only).
 
     Reordering + symbolic factorization (``plan()``) run once per sparsity pattern; each :meth:`solve` refills the CSR
@@ -886,30 +1224,74 @@ class CudssSolver(_GpuCsrSolver):
         reordering: optional cuDSS reordering algorithm number (``plan_config.reordering_algorithm``: 0 default, 1,
             2, 3; see the cuDSS documentation).
         compute_residual: compute ``||b - A x||`` after each solve (one SpMV).
+        reuse_factorization: one factorization serves at most this many solves (1: factorize every solve); between
+            factorizations, PCG on the current matrix preconditioned by the kept factors (module docstring). The
+            matrices must be symmetric positive definite for it to pay (projected Newton's Hessians).
+        factor_dtype: ``"float64"`` or ``"float32"``: factors of a float32 copy of a float64 matrix (its own plan,
+            made on first use; a second plan in float64 only if a solve falls back to float64 factors), refined in
+            float64 to ``refine_tol`` (module docstring).
+        refine_tol: relative residual the refined solves reach (reused or float32 factors).
+        refine_maxiter: iteration cap of a refined solve, past which it refactorizes (reuse) or falls back to
+            float64 factors.
+        refine_budget: a solve with reused factors gives up (and refactorizes) once its predicted time exceeds this
+            factor times the time of the numeric factorization that made the factors; None: the cap only.
+        execution: ``"cuda"`` (default) or ``"hybrid"``: cuDSS's hybrid execute mode
+            (``nvmath.sparse.advanced.ExecutionHybrid``, ``CUDSS_CONFIG_HYBRID_EXECUTE_MODE``), where cuDSS may run
+            parts of the factorization and solve on the host: meant for small systems, where kernel launches
+            dominate.
+
+    With ``reuse_factorization > 1`` or ``factor_dtype="float32"`` a solve reads residual norms on the host (the PCG),
+    so :meth:`solve_deferred` then synchronizes like :meth:`solve` (``defers_checks`` is False).
     """
 
     name = "cudss"
     MATRIX_TYPES = ("general", "symmetric", "spd")
+    EXECUTIONS = ("cuda", "hybrid")
 
-    def __init__(self, matrix_type: str = "general", reordering: int | None = None, compute_residual: bool = True):
+    def __init__(
+        self,
+        matrix_type: str = "general",
+        reordering: int | None = None,
+        compute_residual: bool = True,
+        reuse_factorization: int = 1,
+        factor_dtype: str = "float64",
+        refine_tol: float = 1e-10,
+        refine_maxiter: int = 20,
+        refine_budget: float | None = 1.0,
+        execution: str = "cuda",
+    ):
         super().__init__(compute_residual)
         if matrix_type not in self.MATRIX_TYPES:
             raise ValueError(f"matrix_type: expected one of {self.MATRIX_TYPES}, got {matrix_type!r}")
+        if execution not in self.EXECUTIONS:
+            raise ValueError(f"execution: expected one of {self.EXECUTIONS}, got {execution!r}")
+        self._solver = None
+        self._solver32 = None
+        self._init_reuse(reuse_factorization, factor_dtype, refine_tol, refine_maxiter, refine_budget)
         self._nva = _import_nvmath()
         self.matrix_type = matrix_type
         self.reordering = reordering
-        self._solver = None
+        self.execution = execution
         self._factored = None  # the pattern the solver's factors belong to (resolve)
         self._quiet = logging.getLogger("warp_meshad.linear.cudss")
         if self._quiet.level == logging.NOTSET:
             self._quiet.setLevel(logging.ERROR)
 
+    @property
+    def defers_checks(self) -> bool:
+        return not self._policy
+
     def _free(self) -> None:
-        if self._solver is not None:
-            try:
+        try:
+            if self._solver is not None:
                 self._solver.free()
+        finally:
+            self._solver = None
+            try:
+                if self._solver32 is not None:
+                    self._solver32.free()
             finally:
-                self._solver = None
+                self._solver32 = None
 
     def __del__(self):
         try:
@@ -921,15 +1303,19 @@ class CudssSolver(_GpuCsrSolver):
         self._free()
         self._pattern = None
         self._factored = None
+        self.forget_factors()
 
     def _build(self, A, device) -> None:
-        nva = self._nva
-        cp = self._cp
+        """CSR buffers and CuPy views for A's pattern; the cuDSS solvers are planned on first use."""
         self._free()
         self._csr = _CsrBuffers(A)
         self._csr.update_values(A)
         self._mat = self._views(device)
-        self._rhs = cp.zeros(self._csr.size, dtype=self._mat.dtype)
+        self._rhs = self._cp.zeros(self._csr.size, dtype=self._mat.dtype)
+
+    def _direct_solver(self, mat, rhs, device):
+        """A planned ``DirectSolver`` (reordering and symbolic factorization) of ``mat`` with right-hand side ``rhs``."""
+        nva = self._nva
         mtype = {
             "general": nva.DirectSolverMatrixType.GENERAL,
             "symmetric": nva.DirectSolverMatrixType.SYMMETRIC,
@@ -937,12 +1323,18 @@ class CudssSolver(_GpuCsrSolver):
         }[self.matrix_type]
         options = nva.DirectSolverOptions(sparse_system_type=mtype, logger=self._quiet)
         stream = wp.get_stream(device).cuda_stream
-        self._solver = nva.DirectSolver(self._mat, self._rhs, options=options, stream=stream)
-        if self.reordering is not None:
-            self._solver.plan_config.reordering_algorithm = int(self.reordering)
-        self._solver.plan(stream=stream)
+        extra = {} if self.execution == "cuda" else {"execution": self.execution}
+        solver = nva.DirectSolver(mat, rhs, options=options, stream=stream, **extra)
+        try:
+            if self.reordering is not None:
+                solver.plan_config.reordering_algorithm = int(self.reordering)
+            solver.plan(stream=stream)
+        except BaseException:
+            solver.free()
+            raise
+        return solver
 
-    def solve(self, A, b, x):
+    def _plain_solve(self, A, b, x):
         _check_system(A, b, x)
         _require_cuda(A, self.name)
         device = A.device
@@ -953,9 +1345,11 @@ class CudssSolver(_GpuCsrSolver):
             t0 = self._now(device)
             key = _pattern_key(A)
             try:
-                if self._pattern != key or self._solver is None:
+                if self._pattern != key or self._csr is None:
                     self._build(A, device)
                     self._pattern = _pattern_key(A)  # after nnz_sync() made A.nnz exact
+                if self._solver is None:
+                    self._solver = self._direct_solver(self._mat, self._rhs, device)
                 analysis_ms = self._ms_since(t0, device)
 
                 t0 = time.perf_counter()
@@ -979,7 +1373,59 @@ class CudssSolver(_GpuCsrSolver):
         self._factored = _pattern_key(A)
         return LinearSolveInfo(self.name, 1, residual, analysis_ms, factor_ms, solve_ms)
 
-    def resolve(self, A, b, x):
+    # -- reuse and float32 factors (_ReusedFactors) ----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _policy_scope(self, A):
+        _require_cuda(A, self.name)
+        dev_ctx, stream_ctx = self._stream(A.device)
+        with dev_ctx, stream_ctx:
+            try:
+                yield
+            except (ImportError, LinearSolveError):
+                raise
+            except Exception as exc:
+                self.invalidate_pattern()
+                raise LinearSolveError(f"cudss: {type(exc).__name__}: {exc}") from exc
+
+    def _apply_with(self, solver, rhs, r, z) -> None:
+        cp = self._cp
+        rhs[...] = self._flat(cp, r).astype(rhs.dtype, copy=False)  # the solver's own buffer: its plan stays valid
+        sol = solver.solve(stream=wp.get_stream(r.device).cuda_stream)
+        out = self._flat(cp, z)
+        out[...] = sol.reshape(-1).astype(out.dtype, copy=False)
+
+    def _apply_native(self, r, z) -> None:
+        self._apply_with(self._solver, self._rhs, r, z)
+
+    def _factor32(self, A) -> tuple[float, float]:
+        import cupyx.scipy.sparse as cpsp
+
+        cp = self._cp
+        device = A.device
+        t0 = self._now(device)
+        key = _pattern_key(A)
+        if self._pattern != key or self._csr is None:
+            self._build(A, device)
+            self._pattern = _pattern_key(A)
+        if self._solver32 is None:
+            csr = self._csr
+            data32 = cp.asarray(csr.data)[: csr.nnz].astype(cp.float32)
+            self._mat32 = cpsp.csr_matrix((data32, self._mat.indices, self._mat.indptr), shape=self._mat.shape,
+                                          copy=False)  # fmt: skip
+            self._rhs32 = cp.zeros(csr.size, dtype=cp.float32)
+            self._solver32 = self._direct_solver(self._mat32, self._rhs32, device)
+        analysis_ms = self._ms_since(t0, device)
+        t0 = time.perf_counter()
+        self._csr.update_values(A)
+        cp.copyto(self._mat32.data, cp.asarray(self._csr.data)[: self._csr.nnz], casting="same_kind")  # in place
+        self._solver32.factorize(stream=wp.get_stream(device).cuda_stream)
+        return analysis_ms, self._ms_since(t0, device)
+
+    def _apply32(self, r, z) -> None:
+        self._apply_with(self._solver32, self._rhs32, r, z)
+
+    def _plain_resolve(self, A, b, x):
         _check_system(A, b, x)
         if self._solver is None or self._factored != _pattern_key(A):
             return self.solve(A, b, x)
@@ -1115,8 +1561,9 @@ def _pick_auto(device, dtype, options: dict) -> tuple[str, str | None]:
                 warnings.warn(f"linear_solver='auto' on {device}: cuDSS is not used ({skipped}); using {picked!r}",
                               stacklevel=3)
     else:
-        # SuperLU's own options (an unsymmetric matrix, an ordering) ask for SuperLU
-        superlu = options.get("symmetric", True) is False or "ordering" in options
+        # SuperLU's own options (an unsymmetric matrix, an ordering, float32 factors) ask for SuperLU
+        superlu = (options.get("symmetric", True) is False or "ordering" in options
+                   or options.get("factor_dtype", "float64") != "float64")  # QDLDL factors in float64 only
         picked = "qdldl" if not superlu and _probe("qdldl", device, dtype)[0] else "scipy"
         skipped = f"the device is the CPU ({device}); cuDSS runs on CUDA devices only"
     key = (str(device), picked)
