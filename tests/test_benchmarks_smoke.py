@@ -147,3 +147,34 @@ def test_shells_pile_resumes_where_it_stopped(device, tmp_path, monkeypatch):
     assert int(a["steps_done"]) == int(b["steps_done"]) == 2
     np.testing.assert_allclose(a["x"], b["x"], rtol=0, atol=1e-12)
     np.testing.assert_allclose(a["v"], b["v"], rtol=0, atol=1e-9)
+
+
+def test_newton_tet_variants_reach_the_same_minimum(device, tmp_path, monkeypatch):
+    """benchmarks/newton_tet at a 4^3 box: every linear variant (plain, reused and float32 factors; cuDSS's too on a
+    CUDA device with nvmath) converges to the first variant's minimum, and the phases per iteration add up."""
+    from benchmarks import newton_tet
+
+    monkeypatch.setenv("BENCH_OUT", str(tmp_path))
+    variants = ["qdldl", "qdldl_reuse2", "scipy_f32"]
+    if device != "cpu":
+        pytest.importorskip("nvmath", reason="the cudss variants need nvmath-python (pip install warp-meshad[cudss])")
+        variants = ["cudss", "cudss_f32", "cudss_reuse2", "cudss_hybrid"] + variants
+    records = newton_tet.main(["--device", device, "--sizes", "4", "--variants", ",".join(variants), "--runs", "1",
+                               "--no-warm-up"])
+    assert (tmp_path / "newton_tet.json").exists()
+    runs = {r["method"]: r for r in records if r["method"] in variants}
+    assert sorted(runs) == sorted(variants), [r.get("error") for r in records]
+    first = runs[variants[0]]
+    assert first["converged"] and 5 <= first["newton_iterations"] <= 12
+    for name, r in runs.items():
+        assert r["converged"] and abs(r["newton_iterations"] - first["newton_iterations"]) <= 1, name
+        assert abs(r["energy_minus_first"]) <= r["tolerance"] and r["max_abs_x_minus_first"] <= 1e-6, name
+        assert r["max_relative_residual"] <= 1e-9, name
+        rows = r["iterations_detail"]
+        assert len(rows) == len(r["linear_iterations"]) and [row["iteration"] for row in rows] == list(range(len(rows)))
+        assert r["factorized_iterations"] + r["reused_solves"] == len(rows)
+        for row in rows:
+            assert row["linear_ms"] >= row["analysis_ms"] + row["factor_ms"] + row["solve_ms"] - 1.0
+    assert all(row["factor_dtype"] == "float32" for row in runs["scipy_f32"]["iterations_detail"])
+    split = next(r for r in records if r["method"] == "derivatives_split")
+    assert split["hessian_proj_ms"] > 0.0 and split["energy_ms"] > 0.0
