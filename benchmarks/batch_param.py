@@ -15,8 +15,8 @@ kernel, each method runs the whole dataset:
 * ``one_at_a_time``: per mesh, ``App(config)`` (mesh load, Tutte start, problem) then ``app.run()`` (its own
   NewtonSolver);
 * ``batched_B``: the same apps in chunks of B, each chunk's steps as one :class:`~warp_meshad.ProblemBatch` solved by
-  one :class:`~warp_meshad.BatchNewtonSolver` (``warp_meshad._src.app.runner.step_apps_batched``, what
-  ``warp-meshad batch`` does);
+  one :class:`~warp_meshad.BatchNewtonSolver` (``warp_meshad.app.step_batched``, what ``warp-meshad batch``
+  does);
 * ``runner_*``: ``run_batch`` end to end (outputs written: final.obj, metrics.json, summary.csv/png), in process
   one at a time and batched, and on Ray with ``--ray-workers`` workers (sharing the GPU: 1/N of it each).
 
@@ -83,15 +83,16 @@ class _GpuSampler:
                 "gpu_util_samples": int(s.size)}
 
 
-def _configs(base, meshes):
-    from warp_meshad._src.app.batch import _mesh_config
+def _configs(flags, meshes):
+    from warp_meshad.app import load_config
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="batch_param_"))
-    return [_mesh_config(base, {"name": m.stem, "mesh": str(m), "folder": str(tmp / m.stem)}) for m in meshes]
+    return [load_config("param/patches", overrides={"mesh": str(m), "output": str(tmp / m.stem)}, flags=flags)
+            for m in meshes]
 
 
 def _build(configs):
-    from warp_meshad._src.app.registry import app_class
+    from warp_meshad.app import app_class
 
     cls = app_class("param")
     return [cls(c) for c in configs]
@@ -118,7 +119,7 @@ def one_at_a_time(configs) -> tuple[dict, list[dict]]:
 
 
 def batched(configs, size: int) -> tuple[dict, list[dict]]:
-    from warp_meshad._src.app.runner import step_apps_batched
+    from warp_meshad.app import step_batched
 
     build = solve = 0.0
     rows = []
@@ -126,7 +127,7 @@ def batched(configs, size: int) -> tuple[dict, list[dict]]:
         t0 = time.perf_counter()
         apps = _build(configs[i:i + size])
         t1 = time.perf_counter()
-        if not step_apps_batched(apps):
+        if not step_batched(apps):
             raise RuntimeError("param's steps did not batch")
         t2 = time.perf_counter()
         build, solve = build + t1 - t0, solve + t2 - t1
@@ -168,7 +169,7 @@ def main(argv=None) -> int:
     meshes = meshes[: args.count]
     flags = {"--device": {"device": args.device}} if args.device else {}
     base = load_config("param/patches", flags=flags)
-    configs = _configs(base, meshes)
+    configs = _configs(flags, meshes)
     device = str(_build(configs[:1])[0].device)
     print(f"{NAME}: {len(meshes)} meshes from {args.meshes} on {device}", flush=True)
 

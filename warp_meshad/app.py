@@ -12,6 +12,7 @@ mesh file is a :class:`ConfigError` naming the file and the key::
     report = app.run(config)            # build, run, check_final, write metrics.json and the final mesh
     app.warmup(config)                  # or: compile the kernels of a run ahead of time, writing nothing
     app.run_batch(config, "assets/datasets/param_patches_small", "output/patches")  # every mesh of a dataset
+    app.step_batched(apps)              # the steps of many apps of one scene as batched solves (ProblemBatch)
 
 Importing this module imports pydantic and tqdm; pyyaml, matplotlib and polyscope only when used; ray only when a
 batch runs on it.
@@ -25,6 +26,7 @@ from warp_meshad._src.app.outputs import check_output_folder, output_folder
 from warp_meshad._src.app.registry import DEFAULT_CONFIG, app_class, available_apps, available_configs, configs_root
 from warp_meshad._src.app.runner import RunReport, WarmupReport
 from warp_meshad._src.app.runner import run_app as run
+from warp_meshad._src.app.runner import step_apps_batched as step_batched
 from warp_meshad._src.app.runner import warmup_app as warmup
 from warp_meshad._src.app.viewer import ViewerError
 
@@ -53,5 +55,6 @@ __all__ = [
     "resolve_device",
     "run",
     "run_batch",
+    "step_batched",
     "warmup",
 ]
