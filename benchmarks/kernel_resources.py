@@ -166,7 +166,7 @@ def _sass_counts(cubin: pathlib.Path, function: str, tools) -> dict:
             ops[m.group(1)] += 1
     return dict(sass_instructions=sum(ops.values()), fp64_ops=ops["DFMA"] + ops["DMUL"] + ops["DADD"],
                 dfma=ops["DFMA"], dmul=ops["DMUL"], dadd=ops["DADD"], local_memory_ops=ops["LDL"] + ops["STL"],
-                global_atomics=ops["ATOM"] + ops["RED"], shared_atomics=ops["ATOMS"])  # fmt: skip
+                global_atomics=ops["ATOM"] + ops["RED"] + ops["ATOMG"] + ops["REDG"], shared_atomics=ops["ATOMS"])  # fmt: skip
 
 
 def main(argv=None):
