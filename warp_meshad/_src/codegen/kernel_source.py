@@ -256,19 +256,28 @@ class _DeformationKernel(_Kernel):
         self.add("vl = _VecK(" + ", ".join(vals) + ")")
 
     def prepare_blocks(self) -> None:
-        """``t{a}_{i}_{l}_{m} = sum_j b_a[j] H_F[(i, j), (l, m)]``, then the blocks ``blk{a}_{b}`` (a <= b)."""
+        """The blocks ``blk{a}_{b}`` (a <= b) of the element's Hessian.
+
+        For a, b >= 1 from ``t{a}_{i}_{l}_{m} = sum_j b_a[j] H_F[(i, j), (l, m)]``: ``H_ab[i, l] = sum_m t_a[i, l, m]
+        b_b[m]``. Vertex 0's blocks then follow from b_0 = -(b_1 + ... + b_{n-1}) with sums of blocks alone:
+        ``H_0b = -sum_{a >= 1} H_ab`` and ``H_00 = -sum_{b >= 1} H_0b`` (a third fewer products than applying b_0 as
+        the other rows of D_m^-1, and fewer values live at once).
+        """
         fs = self.spec.deformation
         d, c, n = fs.dim, fs.cols, self.n
-        for a in range(n):
+        for a in range(1, n):
             for i in range(d):
                 for l in range(d):
                     for m in range(c):
                         terms = [f"{self.hget(fs.entry(i, j), fs.entry(l, m))} * b{a}_{j}" for j in range(c)]
                         self.add(f"t{a}_{i}_{l}_{m} = " + " + ".join(terms))
-        for a in range(n):
+        for a in range(1, n):
             for b in range(a, n):
                 comps = [" + ".join(f"t{a}_{i}_{l}_{m} * b{b}_{m}" for m in range(c)) for i in range(d) for l in range(d)]
                 self.add(f"blk{a}_{b} = _BlockT(" + ", ".join(comps) + ")")
+        for b in range(1, n):
+            self.add(f"blk0_{b} = -(" + " + ".join(self.block(a, b) for a in range(1, n)) + ")")
+        self.add("blk0_0 = -(" + " + ".join(f"blk0_{b}" for b in range(1, n)) + ")")
 
     def block(self, a: int, b: int) -> str:
         return f"blk{a}_{b}" if a <= b else f"wp.transpose(blk{b}_{a})"
