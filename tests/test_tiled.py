@@ -320,32 +320,34 @@ def tet_spread(e: int, a: Any, b: Any, c: Any, d: Any):
 
 
 def test_auto_assembles_atomically_where_patches_repeat_elements(device):
-    """assembly="auto" keeps a tiled plan only where it has a patch per multiprocessor and (unless deterministic) its
-    patches evaluate the elements at most AUTO_MAX_EVALUATIONS times each on average: tets in a box exceed that (the
+    """assembly="auto" keeps a tiled plan only where it has a patch per multiprocessor and, unless it sums in rounds,
+    its patches evaluate the elements at most AUTO_MAX_EVALUATIONS times each on average: tets in a box exceed that (the
     atomic assembly measured faster there), springs and triangles on a grid do not."""
     from warp_meshad._src.problem.assembly import AUTO_MAX_EVALUATIONS, auto_uses_tiles
 
-    def tet_problem(n, assembly):
+    def tet_problem(n, assembly, deterministic=False):
         tets = wm.TetMesh.box(n, n, n)
-        p = wm.Problem(tets.vertex_count, 3, device=device, assembly=assembly)
+        p = wm.Problem(tets.vertex_count, 3, device=device, assembly=assembly, deterministic=deterministic)
         p.add_term(tets.tets, tet_spread)
         return p, tets.tet_count
 
     p, count = tet_problem(10, "tiled")
     plan = p.tile_plan
-    assert sum(plan.evaluations) > AUTO_MAX_EVALUATIONS * count  # 2.3 evaluations per tet (3.0 at 56^3)
-    assert not auto_uses_tiles(plan, count, 1, deterministic=False)
-    assert auto_uses_tiles(plan, count, 1, deterministic=True)  # the deterministic rounds stay
+    assert not plan.deterministic and sum(plan.evaluations) > AUTO_MAX_EVALUATIONS * count  # 2.3 per tet (3.0 at 56^3)
+    assert not auto_uses_tiles(plan, count, 1)
+    rounds = tet_problem(10, "tiled", deterministic=True)[0].tile_plan
+    assert rounds.deterministic and auto_uses_tiles(rounds, count, 1)  # a plan with rounds stays
     grid = wm.TriMesh.grid(40, 40)
     q = build(grid, device, "tiled")  # springs on the edges and a triangle term
     count = grid.edge_count + grid.face_count
     assert sum(q.tile_plan.evaluations) <= AUTO_MAX_EVALUATIONS * count
-    assert auto_uses_tiles(q.tile_plan, count, 1, deterministic=False)
-    assert not auto_uses_tiles(q.tile_plan, count, q.tile_plan.patch_count + 1, deterministic=False)  # too few patches
-    assert not auto_uses_tiles(None, count, 1, deterministic=True)
+    assert auto_uses_tiles(q.tile_plan, count, 1)
+    assert not auto_uses_tiles(q.tile_plan, count, q.tile_plan.patch_count + 1)  # too few patches
+    assert not auto_uses_tiles(None, count, 1)
     # what "auto" picks (on the CPU always the atomic assembly)
     cuda = wp.get_device(device).is_cuda
-    assert tet_problem(30, "auto")[0].tile_plan is None  # ~790 patches, 2.8 evaluations per tet
+    assert tet_problem(30, "auto")[0].tile_plan is None  # ~790 patches, 2.9 evaluations per tet
+    assert (tet_problem(30, "auto", deterministic=True)[0].tile_plan is not None) == cuda
     assert (build(wm.TriMesh.grid(200, 200), device, "auto").tile_plan is not None) == cuda
 
 

@@ -35,23 +35,26 @@ def rounds_default(k_max: int, dtype) -> bool:
     return dtype == wp.float32 and k_max <= 6
 
 
-def auto_uses_tiles(plan: TilePlan | None, element_count: int, sm_count: int, deterministic: bool) -> bool:
+def auto_uses_tiles(plan: TilePlan | None, element_count: int, sm_count: int) -> bool:
     """Whether ``assembly="auto"`` runs the tiled kernels of ``plan`` on a GPU (else the atomic assembly).
 
     Not when there is no plan, nor when it has fewer patches than the GPU has multiprocessors (too few to fill it: one
-    thread per element is faster, H200, 10x10 grid). Nor, unless ``deterministic``, when the plan evaluates the
+    thread per element is faster, H200, 10x10 grid). Nor, for a plain tiled plan (no rounds), when it evaluates the
     elements more than :data:`AUTO_MAX_EVALUATIONS` times each on average (``sum(plan.evaluations) / element_count``:
-    an element is evaluated once per patch owning one of its rows): then the repeated element work outweighs the
-    coalesced stores. Measured on an H200 (``assemble_hessian``, median ms, atomic vs plain tiled, the plan's
-    evaluations per element in brackets): stable Neo-Hookean on ``TetMesh.box(56, 56, 56)`` (998,250 tets, float64):
-    F term (k = 9) 2.11 vs 3.95 [3.03], with its analytic projection 2.23 vs 5.87, corner term (k = 12) 3.62 vs 11.40;
-    the F term of the Neo-Hookean membrane on a 1000 x 1000 grid (float64, k = 9) 2.47 vs 3.53 [2.01]; mass-spring on
-    the same grid 1.78 vs 1.29 [1.67] in float64 and 1.37 vs 0.41 [1.67] in float32. A deterministic problem keeps its
-    tiled rounds (the alternative, per-element buffers, is slower where measured).
+    an element is evaluated once per patch owning one of its rows): then the repeated element work and the float64
+    shared-memory adds (CAS loops) outweigh the coalesced stores. Measured on an H200 (``benchmarks/assembly_auto.py``,
+    ``assemble_hessian``, median ms, atomic vs plain tiled, the plan's evaluations per element in brackets): stable
+    Neo-Hookean on ``TetMesh.box(56, 56, 56)`` (998,250 tets, float64): F term (k = 9) 2.09 vs 3.88 [3.03], with its
+    analytic projection 2.19 vs 5.83, corner term (k = 12) 3.58 vs 11.40; the F term of the Neo-Hookean membrane on a
+    1000 x 1000 grid (float64, k = 9) 2.45 vs 3.52 [2.01]; mass-spring on the same grid 1.77 vs 1.28 [1.67] in
+    float64 and 1.34 vs 0.40 [1.67] in float32. A plan with rounds (``deterministic=True``, or float32 elements of at
+    most 6 variables: :func:`rounds_default`) is kept: rounds sum without shared-memory atomics (membrane 1.59 ms,
+    float32 springs 0.34), and their alternatives (per-element buffers; atomics for small float32 elements) are slower
+    where measured.
     """
     if plan is None or plan.patch_count < sm_count:
         return False
-    return deterministic or sum(plan.evaluations) <= AUTO_MAX_EVALUATIONS * element_count
+    return plan.deterministic or sum(plan.evaluations) <= AUTO_MAX_EVALUATIONS * element_count
 
 
 class Assembler:
@@ -169,8 +172,7 @@ class Assembler:
                 rounds=self.facts.deterministic or self.rounds_default(), var_type=self.facts.variable_type,
                 config=self.tile_config,
             )  # fmt: skip
-            if self.mode == "auto" and not auto_uses_tiles(plan, sum(t.count for t in self.terms), self.device.sm_count,
-                                                           self.facts.deterministic):  # fmt: skip
+            if self.mode == "auto" and not auto_uses_tiles(plan, sum(t.count for t in self.terms), self.device.sm_count):
                 plan = None
             self._tiles = (pattern, self.tile_config, plan)
         return self._tiles[2]

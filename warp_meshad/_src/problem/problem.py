@@ -49,8 +49,9 @@ class Problem:
             coalesced (see :mod:`warp_meshad._src.problem.tiled`; number variables in a spatially coherent
             order, e.g. :func:`warp_meshad.locality_order`, so patches share few elements).
             ``"auto"``: tiled on CUDA devices when there are at least as many patches as
-            multiprocessors and, unless ``deterministic``, the patches evaluate the elements at most
-            twice each on average (tets in a box: 3 times, where atomic measured 1.9x faster; see
+            multiprocessors and, unless the plan sums in rounds (below), the patches evaluate the
+            elements at most twice each on average (tets in a box: 3 times, where atomic measured 1.9x
+            faster; see
             :func:`~warp_meshad._src.problem.assembly.auto_uses_tiles`), else atomic (and always
             atomic on the CPU); for float32 elements of at most 6 variables the tiled kernel then
             sums in the deterministic plan's rounds even when ``deterministic=False``, which measured
