@@ -152,6 +152,7 @@ class ProblemBatch:
 
     Attributes:
         problem: the merged :class:`~warp_meshad.Problem` (variables: the B segments in order).
+        problems: the B problems it was made from (left as they were).
         size: B.
         offsets: int64 numpy [B + 1]: mesh b's variables are ``offsets[b]:offsets[b + 1]`` of the merged ones.
         variable_counts: int64 numpy [B].
@@ -179,6 +180,7 @@ class ProblemBatch:
                                  f"{len(p0.terms)}; the problems must have the same terms")  # fmt: skip
             if not p.terms:
                 raise ValueError(f"ProblemBatch: problem {b} has no terms")
+        self.problems = problems
         self.size = len(problems)
         self.device = p0.device
         self.dtype = p0.dtype
@@ -199,6 +201,15 @@ class ProblemBatch:
         self._scalar_offsets = wp.array((self.offsets * vlen).astype(np.int32), dtype=wp.int32, device=self.device)
         self._energy_ranges = None
         self._per_mesh = wp.zeros(self.size, dtype=self.dtype, device=self.device)
+        self._options = {"assembly": merged.assembly, "deterministic": merged.deterministic}
+
+    def subset(self, meshes: Sequence[int]) -> "ProblemBatch":
+        """A new batch of some of this batch's meshes (their problems, in the given order; same assembly)."""
+        meshes = [int(b) for b in meshes]
+        bad = [b for b in meshes if not 0 <= b < self.size]
+        if bad or not meshes:
+            raise ValueError(f"ProblemBatch.subset: expected mesh indices in [0, {self.size}), got {meshes}")
+        return ProblemBatch([self.problems[b] for b in meshes], **self._options)
 
     def _add_merged(self, merged, k: int, terms: list) -> None:
         t0 = terms[0]
