@@ -18,7 +18,9 @@ kernel, each method runs the whole dataset:
   one :class:`~warp_meshad.BatchNewtonSolver` (``warp_meshad.app.step_batched``, what ``warp-meshad batch``
   does);
 * ``runner_*``: ``run_batch`` end to end (outputs written: final.obj, metrics.json, summary.csv/png), in process
-  one at a time and batched, and on Ray with ``--ray-workers`` workers (sharing the GPU: 1/N of it each).
+  one at a time and batched, and on Ray with ``--ray-workers`` workers (sharing the GPU: 1/N of it each). Ray is
+  started once before those runs (``warp_meshad.app.start_ray``, timed apart as ``ray_start``), as a batch finds it on
+  a running cluster; each run starts its own workers within its time.
 
 Every batched mesh is checked against its one-at-a-time run (E within 1e-8 relative, iterations within 1). Reported:
 total wall time, its build / solve split, time per mesh, and the GPU utilisation sampled by ``nvidia-smi`` every
@@ -230,6 +232,18 @@ def main(argv=None) -> int:
         b = args.runner_batch_size
         runner("runner_one_at_a_time", batch_size=b, batched=False)
         runner(f"runner_batched_{b}", batch_size=b, batched=True)
+    if args.ray_workers:
+        # Ray started once, apart: the runs below are what a batch costs on a running cluster (as with --address);
+        # each run still starts its workers (Warp import, kernel loads) inside its time
+        from warp_meshad.app import start_ray
+
+        t0 = time.perf_counter()
+        try:
+            start_ray()
+            records.append({"method": "ray_start", "total_s": time.perf_counter() - t0})
+        except Exception as exc:
+            records.append({"method": "ray_start", "error": f"{type(exc).__name__}: {exc}"})
+        print(json.dumps(records[-1]), flush=True)
     for w in args.ray_workers:
         b = max(1, min(args.runner_batch_size, -(-len(meshes) // w)))
         runner(f"runner_ray_{w}_workers_batched_{b}", batch_size=b, batched=True, workers=w)

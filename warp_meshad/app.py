@@ -19,7 +19,7 @@ batch runs on it.
 """
 
 from warp_meshad._src.app.base import App, BatchStepParts, resolve_device
-from warp_meshad._src.app.batch import SUMMARY_COLUMNS, BatchReport, find_meshes, run_batch
+from warp_meshad._src.app.batch import SUMMARY_COLUMNS, BatchReport, find_meshes, run_batch, start_ray
 from warp_meshad._src.app.config import AppConfig, ConfigError, ConfigModel, GridConfig
 from warp_meshad._src.app.loader import load_config, parse_set
 from warp_meshad._src.app.outputs import check_output_folder, output_folder
@@ -55,6 +55,7 @@ __all__ = [
     "resolve_device",
     "run",
     "run_batch",
+    "start_ray",
     "step_batched",
     "warmup",
 ]

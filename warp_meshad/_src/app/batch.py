@@ -33,7 +33,7 @@ from warp_meshad._src.app.outputs import check_output_folder
 from warp_meshad._src.app.progress import Progress, stderr_log
 from warp_meshad._src.plural import plural
 
-__all__ = ["SUMMARY_COLUMNS", "BatchReport", "find_meshes", "run_batch", "run_chunk"]
+__all__ = ["SUMMARY_COLUMNS", "BatchReport", "find_meshes", "run_batch", "run_chunk", "start_ray"]
 
 MESH_SUFFIXES = (".obj", ".off", ".ply")
 SUMMARY_COLUMNS = ("name", "mesh", "vertices", "faces", "iterations", "final_energy", "energy_per_area", "seconds",
@@ -270,16 +270,31 @@ def _import_ray():
     return ray
 
 
+def start_ray(address: str | None = None, verbose: bool = False) -> bool:
+    """Start a local Ray (or join the cluster at ``address``) as :func:`run_batch` does, unless Ray already runs in
+    this process; batches run later in the process then use it without starting or stopping it (their workers get
+    the same environment: Warp's and warp_meshad's cache folders, ``PYTHONPATH``, NVLink multicast off).
+
+    Returns:
+        Whether this call started it (``ray.shutdown()`` stops it).
+
+    Raises:
+        ImportError: Ray is not installed; the message says how to install it.
+    """
+    ray = _import_ray()
+    if ray.is_initialized():
+        return False
+    env = {**WORKER_ENV, **{k: os.environ[k] for k in ("WARP_CACHE_PATH", "WARP_MESHAD_CACHE_PATH", "PYTHONPATH")
+                            if k in os.environ}}
+    ray.init(address=address, runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=verbose,
+             logging_level="ERROR")
+    return True
+
+
 def _run_ray(config: AppConfig, chunks: list[list[dict]], workers: int, address: str | None, on_rows, log,
              verbose: bool, batched: bool = True) -> None:
     ray = _import_ray()
-    env = {**WORKER_ENV, **{k: os.environ[k] for k in ("WARP_CACHE_PATH", "WARP_MESHAD_CACHE_PATH", "PYTHONPATH")
-                            if k in os.environ}}
-    started = False
-    if not ray.is_initialized():
-        ray.init(address=address, runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=verbose,
-                 logging_level="ERROR")
-        started = True
+    started = start_ray(address, verbose)
     try:
         gpus = float(ray.cluster_resources().get("GPU", 0.0))
         workers = max(1, min(workers, len(chunks)))
@@ -453,6 +468,8 @@ def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str 
         progress.update(len(rows), f"{bad} failed" if bad else "")
         write_summary_csv(summary, ordered())  # after every chunk: an interrupted batch keeps its table
 
+    if use_ray:  # largest first (file size for mesh size): the last chunks to finish are the short ones
+        todo = sorted(todo, key=lambda it: -os.path.getsize(it["mesh"]))
     chunks = _chunks(todo, batch_size)
     if use_ray and chunks:
         _run_ray(config, chunks, workers, address, on_rows, log, verbose, batched)
