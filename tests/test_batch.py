@@ -166,3 +166,37 @@ def test_batched_chunks_equal_mesh_by_mesh(tmp_path):
         assert b["final_energy"] == pytest.approx(a["final_energy"], rel=1e-8)
         ma, mb = (json.loads((tmp_path / f"{b['name']}{s}" / "metrics.json").read_text()) for s in ("_one", ""))
         assert mb["check_final"] == "passed" and mb["per_step"][0]["reason"] == ma["per_step"][0]["reason"]
+
+
+def test_ray_batch_of_the_shipped_dataset_interrupted_and_resumed(tmp_path, monkeypatch):
+    """The 20 shipped patches and one bad mesh on a local Ray with 2 workers, interrupted after some chunks, then
+    resumed on Ray: the bad mesh's row says why, every other mesh is done, finished meshes are not run again."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'warp-meshad[batch]')")
+    from warp_meshad._src.app import batch as batchmod
+
+    meshes = tmp_path / "m"
+    meshes.mkdir()
+    for p in sorted(SMALL.glob("*.obj")):
+        shutil.copy(p, meshes / p.name)
+    (meshes / "bad.obj").write_text(BAD["nan"][0])
+    out = tmp_path / "out"
+    real = batchmod.write_summary_csv
+
+    def interrupted(path, rows):  # the summary is written after every chunk: stop the batch after the third
+        real(path, rows)
+        if len(rows) >= 9:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(batchmod, "write_summary_csv", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(_config(), meshes, out, workers=2, batch_size=3, quiet=True)
+    monkeypatch.setattr(batchmod, "write_summary_csv", real)
+    first = _csv(out / "summary.csv")
+    finished = {n for n, r in first.items() if r["status"] == "done"}
+    assert 0 < len(finished) < 20
+    report = run_batch(_config(), meshes, out, workers=2, batch_size=3, quiet=True)
+    rows = {r["name"]: r for r in report.rows}
+    assert report.engine == "ray" and report.counts == {"done": 20, "failed": 0, "error": 1}
+    assert rows["bad"]["status"] == "error" and BAD["nan"][1] in rows["bad"]["error"]
+    assert {n for n, r in rows.items() if r["ran"] == "earlier"} == finished
+    assert report.ran == 21 - len(finished)
