@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run on the lent GPU host (see README "GPU runs"): unpack the carried Warp/cuDSS bundle once, then
-# run one stage: `tests`, `pile` (spot_pile, resumable), `bench` (mass-spring), `cache`, or any command after `--`.
+# run one stage: `tests`, `pile` (spot_pile, resumable), `bench` (mass-spring), `cache`, `bench19`, `bench20`, `apps19`,
+# or any command after `--`.
 set -u
 cd "$(dirname "$0")/.."
 # kernels compiled before: carried as .gpu/warpcache.tar.xz (or copied to /tmp/gpu/ by an earlier call), from this
@@ -121,6 +122,19 @@ case "$stage" in
       --meshes /tmp/patches --device cpu --max-faces ${CPU_FACES:-5000} --ray-only --ray-workers 1 2 \
       --runner-batch-size 10 > "$OUTDIR/batch_param_cpu.log" 2>&1
     echo "batch_param cpu rc $?"; grep -v "^Module\|^Warp\|^   " "$OUTDIR/batch_param_cpu.log" | tail -6 | cut -c1-400
+    ;;
+  apps19)
+    # issue 19 item 2's app targets, as a user runs them: each scene twice (the first fills the kernel cache), the
+    # second's solve time (param: solve_seconds; elastic: the run) and iterations from metrics.json
+    for scene in param/armadillo param/bunny_cut elastic/bunny; do
+      for run in cold warm; do
+        out="/tmp/apps19/${scene//\//_}_$run"
+        timeout "${APP_S:-150}" python3 -m warp_meshad run "$scene" --device cuda:0 --headless --quiet --output "$out" \
+          > "$OUTDIR/apps19_${scene//\//_}_$run.log" 2>&1
+        python3 -c "import json,sys; m=json.load(open(sys.argv[1])); t=m['time_ms']; c=m.get('compile',{}); print(sys.argv[2], sys.argv[3], 'solve_s', m.get('solve_seconds'), 'run_ms', round(t.get('run',0)), 'compile_ms', round(t.get('compile',0)), 'iterations', m['iterations'], 'E', m['final_energy'], 'E/A', m.get('energy_per_area'))" \
+          "$out/metrics.json" "$scene" "$run" 2>&1 | tee -a "$OUTDIR/apps19.txt"
+      done
+    done
     ;;
   --)
     "$@" 2>&1 | tee "$OUTDIR/cmd.log"
