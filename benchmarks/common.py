@@ -41,6 +41,21 @@ def record(benchmark, method, vertex_count, dtype, times_ms, device, **extra) ->
     }
 
 
+def run_sizes(name: str, sizes, run, key: str = "size") -> list[dict]:
+    """``run(n, records)`` for every size n; a size that raises is printed and recorded as ``{"benchmark": name,
+    key: n, "error": ...}`` and the next one runs; the records are written after each size. Returns the records."""
+    records: list[dict] = []
+    for n in sizes:
+        try:
+            run(n, records)
+        except Exception:
+            traceback.print_exc()
+            records.append({"benchmark": name, key: n, "error": traceback.format_exc(limit=3)})
+        write(name, records)
+    print(f"wrote {len(records)} records")
+    return records
+
+
 def write(name: str, records: list[dict]) -> pathlib.Path:
     """Write records atomically and redraw the plot."""
     path = out_dir() / f"{name}.json"

@@ -43,7 +43,7 @@ import traceback
 import numpy as np
 import warp as wp
 
-from benchmarks.common import guard_cpu_out, record, time_warp, write
+from benchmarks.common import guard_cpu_out, record, run_sizes, time_warp, write
 
 NAME = "newton_tet"
 MU, LAM = 1.0e4, 4.0e4
@@ -371,18 +371,9 @@ def main(argv=None):
     device = args.device or ("cuda:0" if wp.get_cuda_device_count() else "cpu")
     guard_cpu_out(wp.get_device(device).is_cuda)
     sizes = args.sizes or ([12, 56] if wp.get_device(device).is_cuda else [6])
-    records = []
     if not args.no_warm_up:
         warm_up(device, args, selected_variants(args, device))
-    for n in sizes:
-        try:
-            run_size(n, device, args, records)
-        except Exception:
-            traceback.print_exc()
-            records.append({"benchmark": NAME, "size": n, "error": traceback.format_exc(limit=3)})
-        write(NAME, records)
-    print(f"wrote {len(records)} records")
-    return records
+    return run_sizes(NAME, sizes, lambda n, records: run_size(n, device, args, records))
 
 
 if __name__ == "__main__":

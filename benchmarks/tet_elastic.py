@@ -29,7 +29,7 @@ import traceback
 import numpy as np
 import warp as wp
 
-from benchmarks.common import guard_cpu_out, record, time_host, time_warp, write
+from benchmarks.common import guard_cpu_out, record, run_sizes, time_host, time_warp
 
 NAME = "tet_elastic"
 MU, LAM = 1.0e4, 4.0e4
@@ -173,16 +173,8 @@ def main(argv=None):
     wp.init()
     device = args.device or ("cuda:0" if wp.get_cuda_device_count() else "cpu")
     guard_cpu_out(wp.get_device(device).is_cuda)
-    records = []
-    for n in args.cells:
-        try:
-            run_size(n, device, args.energies, args.runs, records, jax_on=not args.no_jax)
-        except Exception:
-            traceback.print_exc()
-            records.append({"benchmark": NAME, "cells": n, "error": traceback.format_exc(limit=3)})
-        write(NAME, records)
-    print(f"wrote {len(records)} records")
-    return records
+    return run_sizes(NAME, args.cells, lambda n, records: run_size(n, device, args.energies, args.runs, records,
+                                                                   jax_on=not args.no_jax), key="cells")
 
 
 if __name__ == "__main__":

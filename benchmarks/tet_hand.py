@@ -35,12 +35,11 @@ Timing: CUDA-graph replays timed with events on a GPU (benchmarks/common.py), ho
 from __future__ import annotations
 
 import argparse
-import traceback
 
 import numpy as np
 import warp as wp
 
-from benchmarks.common import guard_cpu_out, record, time_warp, write
+from benchmarks.common import guard_cpu_out, record, run_sizes, time_warp
 
 NAME = "tet_hand"
 MU, LAM = 1.0e4, 4.0e4
@@ -250,16 +249,8 @@ def main(argv=None):
     wp.init()
     device = args.device or ("cuda:0" if wp.get_cuda_device_count() else "cpu")
     guard_cpu_out(wp.get_device(device).is_cuda)
-    records = []
-    for n in args.sizes:
-        try:
-            run_size(n, device, args.runs, records, args.assembly, args.methods)
-        except Exception:
-            traceback.print_exc()
-            records.append({"benchmark": NAME, "size": n, "error": traceback.format_exc(limit=3)})
-        write(NAME, records)
-    print(f"wrote {len(records)} records")
-    return records
+    return run_sizes(NAME, args.sizes, lambda n, records: run_size(n, device, args.runs, records, args.assembly,
+                                                                   args.methods))
 
 
 if __name__ == "__main__":
