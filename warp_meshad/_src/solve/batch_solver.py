@@ -27,7 +27,8 @@ from warp_meshad._src.plural import plural
 from warp_meshad._src.problem.batch import ProblemBatch
 from warp_meshad._src.solve.constraints import fixed_indices, zero_fixed_rows
 from warp_meshad._src.solve.linear import LinearSolver
-from warp_meshad._src.solve.solvers import NewtonSolver, SolveResult, _check_projection
+from warp_meshad._src.solve.line_search import check_armijo_settings
+from warp_meshad._src.solve.solvers import NewtonSolver, SolveResult, _check_projection, solve_tolerances
 from warp_meshad._src.solve.vector_ops import check_finite_variables
 
 __all__ = ["BatchNewtonSolver", "BatchSolveResult"]
@@ -175,12 +176,9 @@ class BatchNewtonSolver:
         if not isinstance(batch, ProblemBatch):
             raise TypeError(f"BatchNewtonSolver(batch=...): expected a ProblemBatch, got {type(batch).__name__}")
         _check_projection(projection)
-        if not 0.0 < shrink < 1.0:
-            raise ValueError(f"BatchNewtonSolver(shrink=...): expected a value in (0, 1), got {shrink}")
-        if not 0.0 < armijo_c < 1.0:
-            raise ValueError(f"BatchNewtonSolver(armijo_c=...): expected a value in (0, 1), got {armijo_c}")
-        if int(max_line_search_tries) < 1:
-            raise ValueError(f"BatchNewtonSolver(max_line_search_tries=...): expected >= 1, got {max_line_search_tries}")
+        check_armijo_settings(shrink, armijo_c, max_line_search_tries,
+                              names=tuple(f"BatchNewtonSolver({n}=...)" for n in ("shrink", "armijo_c",
+                                                                                  "max_line_search_tries")))
         if not 0.0 <= compact < 1.0:
             raise ValueError(f"BatchNewtonSolver(compact=...): expected a fraction in [0, 1), got {compact}")
         if fixed is not None:
@@ -242,11 +240,7 @@ class BatchNewtonSolver:
         st.newton._check_x(x)
         if check_finite:
             check_finite_variables(x, "BatchNewtonSolver.solve(x=...)")
-        if int(max_iterations) < 0:
-            raise ValueError(f"max_iterations: expected >= 0, got {max_iterations}")
-        if not tolerance >= 0.0 or not energy_tolerance >= 0.0:
-            raise ValueError(f"tolerance, energy_tolerance: expected >= 0, got {tolerance}, {energy_tolerance}")
-        gtol = float(tolerance if gradient_tolerance is None else gradient_tolerance)
+        gtol = solve_tolerances(max_iterations, tolerance, gradient_tolerance, energy_tolerance)
         max_it = int(max_iterations)
         B = batch.size
         dev = batch.device

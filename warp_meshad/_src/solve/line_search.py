@@ -15,7 +15,7 @@ import warp as wp
 
 from warp_meshad._src.solve.vector_ops import axpy_into
 
-__all__ = ["LineSearchResult", "armijo"]
+__all__ = ["LineSearchResult", "armijo", "check_armijo_settings"]
 
 
 class LineSearchResult(NamedTuple):
@@ -48,6 +48,24 @@ def _check_pair(x, direction, out) -> None:
             raise TypeError(f"{name}: expected dtype {wp.types.type_repr(x.dtype)}, got {wp.types.type_repr(arr.dtype)}")
         if arr.device != x.device:
             raise ValueError(f"{name}: expected device {x.device}, got {arr.device}")
+
+
+def check_armijo_settings(shrink: float, c: float, max_tries: int,
+                          names: tuple[str, str, str] = ("shrink", "c", "max_tries")) -> None:
+    """Check the Armijo settings (``armijo``'s, and the batch solver's own line search's).
+
+    Args:
+        names: how the messages name the three settings (the caller's arguments).
+
+    Raises:
+        ValueError: ``shrink`` or ``c`` outside (0, 1), ``max_tries`` < 1.
+    """
+    if not 0.0 < shrink < 1.0:
+        raise ValueError(f"{names[0]}: expected a value in (0, 1), got {shrink}")
+    if not 0.0 < c < 1.0:
+        raise ValueError(f"{names[1]}: expected a value in (0, 1), got {c}")
+    if int(max_tries) < 1:
+        raise ValueError(f"{names[2]}: expected >= 1, got {max_tries}")
 
 
 def armijo(
@@ -87,12 +105,7 @@ def armijo(
         step was accepted (not a descent direction, bound <= 0, or ``max_tries`` rejections).
     """
     _check_pair(x, direction, out)
-    if not 0.0 < shrink < 1.0:
-        raise ValueError(f"shrink: expected a value in (0, 1), got {shrink}")
-    if not 0.0 < c < 1.0:
-        raise ValueError(f"c: expected a value in (0, 1), got {c}")
-    if int(max_tries) < 1:
-        raise ValueError(f"max_tries: expected >= 1, got {max_tries}")
+    check_armijo_settings(shrink, c, max_tries)
     if not max_step > 0.0:
         raise ValueError(f"max_step: expected > 0, got {max_step}")
     f0 = float(f0)

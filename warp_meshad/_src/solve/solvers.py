@@ -47,6 +47,7 @@ __all__ = [
     "NewtonHooks",
     "NewtonSolver",
     "SolveResult",
+    "solve_tolerances",
 ]
 
 _PROJECTIONS = ("clamp", "abs")
@@ -115,6 +116,20 @@ class SolveResult:
         self.linear_converged.append(bool(converged) and not failed)
         if not converged and not failed:
             self.linear_solves_capped += 1
+
+
+def solve_tolerances(max_iterations, tolerance: float, gradient_tolerance: float | None,
+                     energy_tolerance: float) -> float:
+    """Check ``solve``'s limits (every solver's and the batch solver's) and return the gradient-norm tolerance.
+
+    Raises:
+        ValueError: ``max_iterations`` < 0, or a negative (or NaN) tolerance.
+    """
+    if int(max_iterations) < 0:
+        raise ValueError(f"max_iterations: expected >= 0, got {max_iterations}")
+    if not tolerance >= 0.0 or not energy_tolerance >= 0.0:
+        raise ValueError(f"tolerance, energy_tolerance: expected >= 0, got {tolerance}, {energy_tolerance}")
+    return float(tolerance if gradient_tolerance is None else gradient_tolerance)
 
 
 def _scalar_type(problem):
@@ -263,11 +278,7 @@ class _Driver:
         self._check_x(x)
         if check_finite:
             check_finite_variables(x, f"{type(self).__name__}.solve(x=...)")
-        if int(max_iterations) < 0:
-            raise ValueError(f"max_iterations: expected >= 0, got {max_iterations}")
-        if not tolerance >= 0.0 or not energy_tolerance >= 0.0:
-            raise ValueError(f"tolerance, energy_tolerance: expected >= 0, got {tolerance}, {energy_tolerance}")
-        gtol = float(tolerance if gradient_tolerance is None else gradient_tolerance)
+        gtol = solve_tolerances(max_iterations, tolerance, gradient_tolerance, energy_tolerance)
         if self._device_loop is not None:
             result = SolveResult(x=x, linear_solver=self.linear_solver.name,
                                  cudss_skipped_reason=self.linear_solver.cudss_skipped_reason)
