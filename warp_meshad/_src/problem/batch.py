@@ -116,11 +116,10 @@ def _merge_data(datas: list, counts: list[int], label: str, device):
             host = np.concatenate([v.numpy() for v in values], axis=0)
             setattr(merged, name, wp.array(host, dtype=values[0].dtype, device=device))
         else:
-            ref = np.asarray(values[0], dtype=object if values[0] is None else None)
+            first = values[0]
             for b, v in enumerate(values[1:], start=1):
-                if v is None and values[0] is None:
-                    continue
-                if v is None or values[0] is None or not np.array_equal(np.asarray(v), ref):
+                same = v is None if first is None else v is not None and np.array_equal(np.asarray(v), np.asarray(first))
+                if not same:
                     raise ValueError(f"ProblemBatch: term '{label}': data field {name!r} differs between mesh 0 "
                                      f"({values[0]!r}) and mesh {b} ({v!r}); a shared field must be equal in every "
                                      f"mesh (make it a per-element array to vary it)")  # fmt: skip
@@ -191,9 +190,8 @@ class ProblemBatch:
                          deterministic=p0.deterministic if deterministic is None else deterministic,
                          assembly=p0.assembly if assembly is None else assembly, tile_config=p0.tile_config)
         self.element_offsets = []
-        for k, t0 in enumerate(p0.terms):
-            terms = [p.terms[k] for p in problems]
-            self._add_merged(merged, k, terms)
+        for k in range(len(p0.terms)):
+            self._add_merged(merged, k, [p.terms[k] for p in problems])
         self.problem = merged
         mesh_of = np.repeat(np.arange(self.size, dtype=np.int32), self.variable_counts)
         self.mesh_of_variable = wp.array(mesh_of, dtype=wp.int32, device=self.device)
