@@ -97,6 +97,7 @@ class ElasticConfig(AppConfig):
         ramp_steps: steps over which twist and stretch are reached (null: all ``steps``).
     """
 
+    device_loop_supported: ClassVar[bool] = True
     app: str = "elastic"
     mesh: str = "bar"
     bar: BarConfig = Field(default_factory=BarConfig)
@@ -258,7 +259,8 @@ class App(_AppBase):
                                            c.time_step)
 
         self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=c.project_hessian,
-                                      fixed=self.pinned if self.pinned.size else None)
+                                      fixed=self.pinned if self.pinned.size else None,
+                                      device_loop=c.device_loop_option(dev))
 
     # -- driven pins -------------------------------------------------------------------------------------------------
 

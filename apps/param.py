@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import pathlib
 import time
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import numpy as np
 import warp as wp
@@ -60,6 +60,7 @@ class ParamConfig(AppConfig):
         expected_rtol: relative tolerance of that check.
     """
 
+    device_loop_supported: ClassVar[bool] = True
     app: str = "param"
     mesh: str = _WOODY
     dtype: Literal["float64"] = "float64"
@@ -155,7 +156,8 @@ class App(_AppBase):
         self.problem.add_term(mesh.faces, symmetric_dirichlet, data, name="symmetric_dirichlet")
         if c.solver == "newton":
             self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=True,
-                                          projection=c.projection, projection_eps=c.projection_eps)
+                                          projection=c.projection, projection_eps=c.projection_eps,
+                                          device_loop=c.device_loop_option(dev))
         else:
             self.solver = wm.LBFGSSolver(self.problem)
         self.newton_decrements: list[float] = []

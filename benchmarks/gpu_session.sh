@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run on the lent GPU host (see README "GPU runs"): unpack the carried Warp/cuDSS bundle once, then
-# run one stage: `tests`, `pile` (spot_pile, resumable), `bench` (mass-spring), `cache`, `bench19`, `bench20`, `apps19`,
+# run one stage: `tests`, `pile` (spot_pile, resumable), `bench` (mass-spring), `cache`, `bench19`, `bench20`, `apps19`, `apps_loops`,
 # or any command after `--`.
 set -u
 cd "$(dirname "$0")/.."
@@ -133,6 +133,27 @@ case "$stage" in
           > "$OUTDIR/apps19_${scene//\//_}_$run.log" 2>&1
         python3 -c "import json,sys; m=json.load(open(sys.argv[1])); t=m['time_ms']; c=m.get('compile',{}); print(sys.argv[2], sys.argv[3], 'solve_s', m.get('solve_seconds'), 'run_ms', round(t.get('run',0)), 'compile_ms', round(t.get('compile',0)), 'iterations', m['iterations'], 'E', m['final_energy'], 'E/A', m.get('energy_per_area'))" \
           "$out/metrics.json" "$scene" "$run" 2>&1 | tee -a "$OUTDIR/apps19.txt"
+      done
+    done
+    ;;
+  apps_loops)
+    # issue 19 item 2: elastic/bunny from an empty kernel cache (its own), then each app scene with the host loop,
+    # the device loop and the captured device loop (warm: the host-loop run before fills the cache); per run the
+    # solve time, the solver's phases, the compile time, iterations and E (metrics.json)
+    summary() {  # metrics.json -> one line
+      python3 -c "import json,sys; m=json.load(open(sys.argv[1])); t=m['time_ms']; print(*sys.argv[2:], 'solve_s', m.get('solve_seconds'), 'run_ms', round(t.get('run',0)), 'setup_ms', round(t.get('setup',0)), 'compile_ms', round(t.get('compile',0)), 'deriv_ms', round(t.get('solver_derivatives',0)), 'linear_ms', round(t.get('solver_linear_solve',0)), 'ls_ms', round(t.get('solver_line_search',0)), 'iterations', m['iterations'], 'E', m['final_energy'], 'E/A', m.get('energy_per_area'))" "$@" 2>&1 | tee -a "$OUTDIR/apps_loops.txt"
+    }
+    start=$(date +%s.%N)
+    WARP_CACHE_PATH=/tmp/coldcache WARP_MESHAD_CACHE_PATH=/tmp/coldcache/gen timeout 300 python3 -m warp_meshad run \
+      elastic/bunny --device cuda:0 --headless --quiet --output /tmp/apps/cold_elastic > "$OUTDIR/cold_elastic.log" 2>&1
+    echo "elastic/bunny from an empty cache: rc $? wall_s $(python3 -c "import time; print(round(time.time() - $start, 2))")" | tee -a "$OUTDIR/apps_loops.txt"
+    summary /tmp/apps/cold_elastic/metrics.json elastic/bunny cold_cache
+    for scene in ${SCENES:-param/armadillo param/bunny_cut elastic/bunny}; do
+      for loop in false false true capture capture; do
+        out="/tmp/apps/${scene//\//_}_$loop"
+        timeout "${APP_S:-150}" python3 -m warp_meshad run "$scene" --device cuda:0 --headless --quiet --output "$out" \
+          --set device_loop=$loop > "$OUTDIR/apps_${scene//\//_}_$loop.log" 2>&1 || tail -5 "$OUTDIR/apps_${scene//\//_}_$loop.log"
+        summary "$out/metrics.json" "$scene" "device_loop=$loop"
       done
     done
     ;;

@@ -111,6 +111,17 @@ def test_param_check_final_catches_flips_rises_and_a_wrong_minimum():
         app.check_final()
 
 
+def test_param_device_loop_takes_the_host_loops_steps():
+    """``device_loop: true`` / ``"capture"`` (the host loop where there is no CUDA) give the host loop's iterates."""
+    runs = []
+    for loop in (False, True, "capture"):
+        app = make_app("param", "bunny_cut", device_loop=loop)
+        app.run()
+        runs.append((app.history[-1]["iterations"], app.energy))
+    assert runs[1][0] == runs[0][0] and runs[2][0] == runs[0][0], runs
+    np.testing.assert_allclose([r[1] for r in runs[1:]], runs[0][1], rtol=1e-12)
+
+
 def test_param_unit_start_is_the_tutte_disk():
     app = make_app("param", "bunny_cut", iterations=0)
     r = np.linalg.norm(app.uv0[app.mesh.boundary_loops[0]], axis=1)
@@ -243,6 +254,7 @@ def test_arap_without_motion_stays_at_rest():
         ("rotation_axis: [0, 0, 0]\n", "rotation_axis", "non-zero"),
         ("weights: cotan\n", "weights", "expected one of 'cotangent'"),
         ("translation: [1, 2]\n", "translation", "expected a list of 3"),
+        ("device_loop: true\n", "device_loop", "expected false (the arap app's solver runs host-side steps"),
     ],
 )
 def test_bad_arap_config_names_the_key(tmp_path, text, key, fragment):

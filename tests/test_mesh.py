@@ -469,3 +469,24 @@ def test_saved_files_get_ordinary_permissions(tmp_path):
         os.umask(old)
     mode = stat.S_IMODE((tmp_path / "g.obj").stat().st_mode)
     assert mode == stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode) == 0o640
+
+
+def test_obj_reader_variants_and_bad_tokens(tmp_path):
+    """The vectorized OBJ reader: vertex lines with colours, tabs, comments, polygons with v/vt/vn corners, relative
+    indices; and its messages for a non-number coordinate and a non-integer index."""
+    from warp_meshad._src.mesh.files import read_obj
+
+    path = tmp_path / "mixed.obj"
+    path.write_text("# a quad and a triangle\nv 0 0 0 1 0 0\nv\t1 0 0\n  v 1 1 0 # corner\nv 0 1 0 0.5 0.5 0.5\n"
+                    "vt 0 0\nf 1/1/1 2/1/1 3/1/1 4/1/1\nv 2 0 0\nf -4 -1 -3\n")
+    vertices, faces = read_obj(path)
+    np.testing.assert_array_equal(vertices, [[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [2, 0, 0]])
+    np.testing.assert_array_equal(faces, [[0, 1, 2], [0, 2, 3], [1, 4, 2]])
+    path.write_text("v 0 0 0\nv 1 zero 0\nv 0 1 0\nf 1 2 3\n")
+    with pytest.raises(MeshError) as info:
+        read_obj(path)
+    assert str(info.value) == f"{path}: vertex 1 ('v 1 zero 0') is not a list of numbers"
+    path.write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3.5\n")
+    with pytest.raises(MeshError) as info:
+        read_obj(path)
+    assert str(info.value) == f"{path}: face vertex index '3.5' is not an integer"

@@ -14,10 +14,12 @@ import pathlib
 import re
 import types
 import typing
-from typing import ClassVar, Literal, Optional
+from typing import ClassVar, Literal, Optional, Union
 
+import warp as wp
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from warp_meshad._src.solve.device_loop import DeviceLoop
 from warp_meshad._src.solve.linear import LINEAR_SOLVER_NAMES
 
 __all__ = ["AppConfig", "ConfigError", "ConfigModel", "GridConfig", "apply_overrides", "check_config",
@@ -89,6 +91,10 @@ class AppConfig(ConfigModel):
         solver: the nonlinear solver (each app lists its choices).
         linear_solver: linear back-end of Newton-type solvers (``"auto"``, ``"qdldl"``, ``"scipy"``, ``"cg"``,
             ``"cupy"``, ``"cudss"``; see :func:`~warp_meshad.make_linear_solver`).
+        device_loop: Newton's loop, for the apps whose Newton solver has no host-side hooks (param, elastic):
+            ``false`` (the host loop), ``true`` (decisions on the device, one small read per iteration:
+            ``NewtonSolver(device_loop=True)``), ``"capture"`` (the same replayed as CUDA graphs; CUDA only, the host
+            loop on the CPU).
         steps: number of ``step()`` calls of a run (time steps, or solver rounds).
         iterations: solver iteration cap per step.
         tolerance: solver tolerance (Newton decrement for Newton-type solvers, else gradient norm).
@@ -112,6 +118,7 @@ class AppConfig(ConfigModel):
     device: Optional[str] = None
     solver: str = "newton"
     linear_solver: Literal[LINEAR_SOLVER_NAMES] = "auto"
+    device_loop: Union[bool, Literal["capture"]] = False
     steps: int = 10
     iterations: int = 20
     tolerance: float = 1e-8
@@ -129,6 +136,8 @@ class AppConfig(ConfigModel):
     # names of built-in mesh generators (no file) and the mesh file extensions an app reads; apps may widen them
     mesh_generators: ClassVar[tuple[str, ...]] = ("grid",)
     mesh_suffixes: ClassVar[tuple[str, ...]] = (".obj", ".off", ".ply")
+    # the apps whose Newton solver takes ``device_loop`` (no host-side hooks) set it
+    device_loop_supported: ClassVar[bool] = False
 
     def validate(self) -> list[tuple[str, str]]:
         """Checks across fields and of values; returns (key, message) pairs (empty when valid).
@@ -149,9 +158,19 @@ class AppConfig(ConfigModel):
             for k in ("width", "height"):
                 if not getattr(self.grid, k) > 0.0:
                     errors.append((f"grid.{k}", f"expected a number > 0, got {getattr(self.grid, k)}"))
+        if self.device_loop is not False and not self.device_loop_supported:
+            errors.append(("device_loop", f"expected false (the {self.app or 'app'} app's solver runs host-side steps "
+                                          f"between device steps), got {self.device_loop!r}"))
         if self.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
             errors.append(("device", f"expected 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"))
         return errors
+
+    def device_loop_option(self, device) -> bool | DeviceLoop:
+        """``NewtonSolver(device_loop=...)`` for ``device_loop`` on ``device`` (``"capture"`` needs CUDA: the host
+        loop elsewhere)."""
+        if self.device_loop == "capture":
+            return DeviceLoop(capture=True) if wp.get_device(device).is_cuda else False
+        return self.device_loop is True
 
     def origin(self, key: str) -> str:
         """Where the value of ``key`` (dotted: ``"grid.nx"``) came from, for messages: the command-line flag that set

@@ -48,6 +48,30 @@ _F_LINE = re.compile(r"^[ \t]*f[ \t]+(.*)$", re.M)
 _VF_KIND = re.compile(r"^[ \t]*([vf])[ \t]", re.M)
 
 
+def _tokens_per_line(joined: str, lines: int) -> np.ndarray:
+    """Whitespace-separated tokens on each line of ``joined`` (``lines`` lines joined by newlines), int64 [lines]."""
+    raw = np.frombuffer(joined.encode("utf-8", errors="replace"), dtype=np.uint8)
+    newline = raw == 10
+    gap = newline | (raw == 32) | (raw == 9) | (raw == 11) | (raw == 12)
+    starts = ~gap
+    starts[1:] &= gap[:-1]
+    return np.bincount(np.cumsum(newline)[starts], minlength=lines).astype(np.int64)
+
+
+def _parse_numbers(joined: str, dtype, expected: int) -> np.ndarray | None:
+    """The whitespace-separated numbers of ``joined`` as ``dtype``; None when one does not parse (``expected``: the
+    token count)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # older numpy: a short read only warns (the count below)
+        try:
+            values = np.fromstring(joined, dtype=dtype, sep=" ")
+        except ValueError:  # numpy >= 2: "could not be read to its end"
+            return None
+    return values if values.size == expected else None
+
+
 def read_obj(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
     """Parses ``v`` and ``f`` lines of an OBJ file; returns float64 (n, 3) and int64 (m, 3), 0-based."""
     text = path.read_bytes().decode("utf-8", errors="replace")
@@ -57,42 +81,43 @@ def read_obj(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
 
     v_rows = _V_LINE.findall(text)
     if v_rows:
-        counts = np.fromiter((len(s.split()) for s in v_rows), dtype=np.int64, count=len(v_rows))
+        joined = "\n".join(v_rows)
+        counts = _tokens_per_line(joined, len(v_rows))
         if counts.min() < 3:
             k = int(np.argmax(counts < 3))
             raise MeshError(f"{path}: vertex {k} ('v {v_rows[k].strip()}') has {plural(counts[k], 'coordinate')}; "
                             "expected 3")
-        try:
-            if counts.min() == counts.max():
-                vertices = np.array(" ".join(v_rows).split(), dtype=np.float64).reshape(-1, counts[0])[:, :3]
-            else:
-                vertices = np.array([s.split()[:3] for s in v_rows], dtype=np.float64)
-        except ValueError:
+        values = _parse_numbers(joined, np.float64, int(counts.sum()))
+        if values is None:
             for k, s in enumerate(v_rows):
                 try:
                     [float(t) for t in s.split()]
                 except ValueError:
                     raise MeshError(f"{path}: vertex {k} ('v {s.strip()}') is not a list of numbers") from None
-            raise
+            raise MeshError(f"{path}: the vertex lines could not be read as numbers")
+        if counts.min() == counts.max():
+            vertices = values.reshape(-1, counts[0])[:, :3]
+        else:  # some vertices carry colours or weights: their first three numbers
+            starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            vertices = values[starts[:, None] + np.arange(3)]
     else:
         vertices = np.zeros((0, 3))
 
     f_rows = _F_LINE.findall(text)
     if not f_rows:
         return vertices, np.zeros((0, 3), dtype=np.int64)
-    sizes = np.fromiter((len(s.split()) for s in f_rows), dtype=np.int64, count=len(f_rows))
+    joined = "\n".join(f_rows)
+    if "/" in joined:
+        joined = re.sub(r"/\S*", "", joined)
+    sizes = _tokens_per_line(joined, len(f_rows))
     if sizes.min() < 3:
         k = int(np.argmax(sizes < 3))
         raise MeshError(f"{path}: face line {k} ('f {f_rows[k].strip()}') has "
                         f"{plural(sizes[k], 'vertex', 'vertices')}; expected >= 3")
-    joined = "\n".join(f_rows)
-    if "/" in joined:
-        joined = re.sub(r"/\S*", "", joined)
-    try:
-        corners = np.array(joined.split(), dtype=np.int64)
-    except ValueError:
-        bad = next(t for t in joined.split() if not re.fullmatch(r"[+-]?\d+", t))
-        raise MeshError(f"{path}: face vertex index {bad!r} is not an integer") from None
+    corners = _parse_numbers(joined, np.int64, int(sizes.sum()))
+    bad = None if corners is not None else next((t for t in joined.split() if not re.fullmatch(r"[+-]?\d+", t)), "")
+    if bad is not None:
+        raise MeshError(f"{path}: face vertex index {bad!r} is not an integer")
     if (corners == 0).any():
         k = int(np.searchsorted(np.cumsum(sizes), int(np.argmax(corners == 0)), side="right"))
         raise MeshError(f"{path}: face line {k} ('f {f_rows[k].strip()}') uses index 0; OBJ indices start at 1")
