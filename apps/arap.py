@@ -183,8 +183,8 @@ class App(_AppBase):
     config_class = ArapConfig
     continuous_objective = True
 
-    def __init__(self, config: ArapConfig):
-        super().__init__(config)
+    def __init__(self, config: ArapConfig, prepared: dict | None = None):
+        super().__init__(config, prepared)
         c = self.config
         mesh = self.mesh
         dev = self.device

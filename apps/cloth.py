@@ -135,8 +135,8 @@ class App(_AppBase):
     name = "cloth"
     config_class = ClothConfig
 
-    def __init__(self, config: ClothConfig):
-        super().__init__(config)
+    def __init__(self, config: ClothConfig, prepared: dict | None = None):
+        super().__init__(config, prepared)
         c = self.config
         if any(i >= self.mesh.vertex_count for i in c.pinned_vertices):
             raise ConfigError(c.origin("pinned_vertices"), "pinned_vertices",

@@ -217,8 +217,8 @@ class App(_AppBase):
         except wm.MeshError as exc:
             raise ConfigError(where, "mesh", str(exc)) from None
 
-    def __init__(self, config: ElasticConfig):
-        super().__init__(config)
+    def __init__(self, config: ElasticConfig, prepared: dict | None = None):
+        super().__init__(config, prepared)
         c = self.config
         mesh = self.tet_mesh
         n = mesh.vertex_count

@@ -247,8 +247,8 @@ class App(_AppBase):
     name = "frame_field"
     config_class = FrameFieldConfig
 
-    def __init__(self, config: FrameFieldConfig):
-        super().__init__(config)
+    def __init__(self, config: FrameFieldConfig, prepared: dict | None = None):
+        super().__init__(config, prepared)
         c = self.config
         mesh = self.mesh
         if any(i >= mesh.face_count for i in c.constrained_faces):

@@ -209,8 +209,8 @@ class App(_AppBase):
     config_class = ManifoldOptConfig
     continuous_objective = True
 
-    def __init__(self, config: ManifoldOptConfig):
-        super().__init__(config)
+    def __init__(self, config: ManifoldOptConfig, prepared: dict | None = None):
+        super().__init__(config, prepared)
         c = self.config
         mesh = self.mesh
         if c.cut_vertex >= mesh.vertex_count:

@@ -120,6 +120,14 @@ def face_distortion(uv: np.ndarray, faces: np.ndarray, rest_inverse: np.ndarray)
         return np.where(det > 0.0, fro + fro / (det * det), np.inf)
 
 
+def _start(mesh, c: ParamConfig) -> np.ndarray:
+    """The Tutte embedding, scaled to the surface's area for ``initial_scale: area``; float64 (vertex_count, 2)."""
+    uv = wm.tutte_embedding(mesh)
+    if c.initial_scale == "area":
+        uv = uv * np.sqrt(mesh.total_area() / signed_uv_areas(uv, mesh.faces).sum())
+    return uv
+
+
 class App(_AppBase):
     """The param app: each :meth:`step` runs up to ``config.iterations`` solver iterations on the uv coordinates.
 
@@ -137,16 +145,21 @@ class App(_AppBase):
     config_class = ParamConfig
     continuous_objective = True
 
-    def __init__(self, config: ParamConfig):
-        super().__init__(config)
+    @classmethod
+    def prepare(cls, config: ParamConfig) -> dict:
+        """The mesh and its Tutte start (``{"mesh", "uv0"}``), see :meth:`warp_meshad.app.App.prepare`."""
+        prepared = super().prepare(config)
+        prepared["uv0"] = _start(prepared["mesh"], cls._checked_config(config))
+        return prepared
+
+    def __init__(self, config: ParamConfig, prepared: dict | None = None):
+        super().__init__(config, prepared)
         c = self.config
         mesh = self.mesh
         dev = self.device
         self.total_area = mesh.total_area()
         self.rest_inverse = mesh.face_rest_frame_inverses()
-        uv = wm.tutte_embedding(mesh)
-        if c.initial_scale == "area":
-            uv = uv * np.sqrt(self.total_area / signed_uv_areas(uv, mesh.faces).sum())
+        uv = self.prepared["uv0"] if "uv0" in self.prepared else _start(mesh, c)
         self.uv0 = uv
         self.uv = wp.array(uv, dtype=wp.vec2d, device=dev)
 

@@ -184,8 +184,8 @@ class App(_AppBase):
     name = "shells"
     config_class = ShellsConfig
 
-    def __init__(self, config: ShellsConfig):
-        super().__init__(config)
+    def __init__(self, config: ShellsConfig, prepared: dict | None = None):
+        super().__init__(config, prepared)
         c = self.config
         dev = self.device
         self.single = self.mesh

@@ -73,8 +73,8 @@ class App(_AppBase):
     config_class = SmoothingConfig
     continuous_objective = True
 
-    def __init__(self, config: SmoothingConfig):
-        super().__init__(config)
+    def __init__(self, config: SmoothingConfig, prepared: dict | None = None):
+        super().__init__(config, prepared)
         c = self.config
         mesh = self.mesh
         self.problem = wm.Problem(mesh.vertex_count, 3, wp.float64, self.device)

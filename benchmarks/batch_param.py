@@ -155,11 +155,11 @@ def _configs(flags, meshes):
             for m in meshes]
 
 
-def _build(configs):
+def _build(configs, ahead=None, first: int = 0):
     from warp_meshad.app import app_class
 
     cls = app_class("param")
-    return [cls(c) for c in configs]
+    return [cls(c, None if ahead is None else ahead.get(first + k)) for k, c in enumerate(configs)]
 
 
 def _per_mesh(apps) -> list[dict]:
@@ -168,34 +168,47 @@ def _per_mesh(apps) -> list[dict]:
              "reason": a.history[-1]["reason"]} for a in apps]
 
 
-def one_at_a_time(configs) -> tuple[dict, list[dict]]:
+def _ahead(configs, jobs: int):
+    from warp_meshad._src.app.prefetch import Prefetch
+
+    return Prefetch(configs, jobs) if jobs else None
+
+
+def one_at_a_time(configs, jobs: int = 0) -> tuple[dict, list[dict]]:
+    """``jobs``: processes building ahead (``App.prepare``), 0: none (the app builds itself)."""
     build = solve = 0.0
     apps = []
-    for c in configs:
+    ahead = _ahead(configs, jobs)
+    for i, c in enumerate(configs):
         t0 = time.perf_counter()
-        app = _build([c])[0]
+        app = _build([c], ahead, i)[0]
         t1 = time.perf_counter()
         app.run()
         t2 = time.perf_counter()
         build, solve = build + t1 - t0, solve + t2 - t1
         apps.append(app)
+    if ahead is not None:
+        ahead.close()
     return {"build_s": build, "solve_s": solve}, _per_mesh(apps)
 
 
-def batched(configs, size: int) -> tuple[dict, list[dict]]:
+def batched(configs, size: int, jobs: int = 0) -> tuple[dict, list[dict]]:
     from warp_meshad.app import step_batched
 
     build = solve = 0.0
     rows = []
+    ahead = _ahead(configs, jobs)
     for i in range(0, len(configs), size):
         t0 = time.perf_counter()
-        apps = _build(configs[i:i + size])
+        apps = _build(configs[i:i + size], ahead, i)
         t1 = time.perf_counter()
         if not step_batched(apps):
             raise RuntimeError("param's steps did not batch")
         t2 = time.perf_counter()
         build, solve = build + t1 - t0, solve + t2 - t1
         rows += _per_mesh(apps)
+    if ahead is not None:
+        ahead.close()
     return {"build_s": build, "solve_s": solve}, rows
 
 
@@ -216,6 +229,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-runner", action="store_true", help="skip the run_batch (outputs written) methods")
     parser.add_argument("--runner-batch-size", type=int, default=50)
     parser.add_argument("--max-faces", type=int, default=None, help="use only the meshes of at most this many faces")
+    parser.add_argument("--build-jobs", type=int, nargs="*", default=[],
+                        help="also run one_at_a_time and each batch size with this many processes building ahead")
     parser.add_argument("--ray-only", action="store_true",
                         help="only the Ray runs (e.g. 1 against 2 workers on the CPU), no one-at-a-time reference")
     args = parser.parse_args(argv)
@@ -262,8 +277,14 @@ def main(argv=None) -> int:
         its = [r["iterations"] for r in reference]
         print(f"  faces {min(faces)}-{max(faces)} (total {sum(faces)}), iterations {min(its)}-{max(its)} "
               f"(median {int(np.median(its))})", flush=True)
-    for size in ([] if args.ray_only else args.batch_sizes):
-        rows = run(f"batched_{size}", batched, configs, size)
+    for jobs in ([] if args.ray_only else args.build_jobs):
+        rows = run(f"one_at_a_time_ahead_{jobs}", one_at_a_time, configs, jobs)
+        records[-1].update(_check(reference, rows))
+        records[-1]["speedup_vs_one_at_a_time"] = records[0]["total_s"] / records[-1]["total_s"]
+        print(f"  {records[-1]['method']}: {records[-1]['speedup_vs_one_at_a_time']:.2f}x", flush=True)
+    runs = [(size, 0) for size in args.batch_sizes] + [(size, j) for j in args.build_jobs for size in args.batch_sizes]
+    for size, jobs in ([] if args.ray_only else runs):
+        rows = run(f"batched_{size}" + (f"_ahead_{jobs}" if jobs else ""), batched, configs, size, jobs)
         records[-1].update(_check(reference, rows))
         records[-1]["speedup_vs_one_at_a_time"] = records[0]["total_s"] / records[-1]["total_s"]
         print(f"  {records[-1]['method']}: {records[-1]['speedup_vs_one_at_a_time']:.2f}x, same results: "

@@ -127,6 +127,22 @@ def test_ray_workers_give_the_same_results(in_process, tmp_path):
         assert (b["error"] != "") == (a["error"] != "")
 
 
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "one_at_a_time"])
+def test_building_ahead_in_other_processes_gives_the_same_rows(in_process, tmp_path, batched):
+    """``build_jobs=2``: meshes read and Tutte starts computed in spawned processes (bad meshes' errors come back
+    from there) give the rows of the in-process build."""
+    meshes, _, _, report = in_process
+    ahead = run_batch(_config(), meshes, tmp_path / "ahead", batch_size=2, quiet=True, build_jobs=2, batched=batched)
+    assert ahead.counts == report.counts
+    for a, b in zip(report.rows, ahead.rows):
+        keys = ("name", "vertices", "faces", "iterations", "status")
+        assert [a[k] for k in keys] == [b[k] for k in keys]
+        if a["status"] == "done":
+            assert b["final_energy"] == pytest.approx(a["final_energy"], rel=1e-10)
+        else:
+            assert b["error"] == a["error"], (a["error"], b["error"])
+
+
 def test_find_meshes_reads_folders_globs_and_lists(tmp_path):
     meshes = _dataset(tmp_path / "m")
     names = lambda ps: [p.stem for p in ps]  # noqa: E731

@@ -4,8 +4,8 @@
                     [--test] [--headless | --viewer] [--quiet] [--verbose]
     warp-meshad warmup [CONFIG] [--device DEV] [--set KEY=VALUE ...] [--test] [--quiet] [--verbose]
     warp-meshad batch [CONFIG] --meshes DIR|GLOB|LIST.txt --output DIR [--workers N] [--address ADDR]
-                      [--batch-size B] [--one-at-a-time] [--device DEV] [--set KEY=VALUE ...] [--test]
-                      [--screenshots] [--quiet]
+                      [--batch-size B] [--one-at-a-time] [--build-jobs J] [--device DEV] [--set KEY=VALUE ...]
+                      [--test] [--screenshots] [--quiet]
     warp-meshad list
 
 CONFIG is a YAML file or a name under configs/ such as ``cloth/hanging`` (the default). ``python -m warp_meshad`` is
@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "where the app allows (param with Newton)")
     batch.add_argument("--one-at-a-time", action="store_true",
                        help="solve a chunk's meshes one after the other instead of as one batched problem")
+    batch.add_argument("--build-jobs", type=int, default=None, metavar="J",
+                       help="in this process: J processes read the next meshes and compute their start points while "
+                            "the device solves (default: one per core beyond two, at most 8; 0: none)")
     batch.add_argument("--screenshots", action="store_true", help="render screenshot.png and convergence.png for each mesh (slow)")
     run.add_argument("--steps", type=int, help="number of steps (overrides the config)")
     run.add_argument("--output", metavar="DIR",
@@ -128,7 +131,7 @@ def _batch(args) -> int:
     config = load_config(args.config, overrides=parse_set(args.overrides), test=args.test, flags=flags)
     report = run_batch(config, args.meshes, args.output, workers=args.workers, address=args.address,
                        batch_size=args.batch_size, screenshots=args.screenshots, quiet=args.quiet,
-                       verbose=args.verbose, batched=not args.one_at_a_time)
+                       verbose=args.verbose, batched=not args.one_at_a_time, build_jobs=args.build_jobs)
     return 0 if report.ok else 1
 
 

@@ -67,6 +67,16 @@ def resolve_device(name: str | None, where: str = "device") -> tuple[str, str]:
     return name, "requested"
 
 
+def _read_mesh(c: AppConfig) -> TriMesh:
+    try:
+        if c.mesh == "grid":
+            g = c.grid
+            return TriMesh.grid(g.nx, g.ny, g.width, g.height)
+        return TriMesh.from_file(c.mesh_path())
+    except MeshError as exc:
+        raise ConfigError(c.origin("mesh"), "mesh", str(exc)) from None
+
+
 class App:
     """Base class of the apps: a typed config in, ``step()`` / ``run()`` / ``check_final()``, and what the runner and
     the viewer read.
@@ -80,6 +90,7 @@ class App:
         device: the Warp device used (str), and ``device_reason`` why.
         dtype: ``wp.float64`` or ``wp.float32``.
         mesh: the input :class:`~warp_meshad.TriMesh` (topology and rest shape).
+        prepared: what :meth:`prepare` gave this app (empty when it built everything itself).
         history: one record per step: ``{"step", "iterations", "energies", "gradient_norms", "time_ms", "reason",
             "converged", "steepest_descent_fallbacks", "fallback_reasons", "linear_solves_capped"}``.
         steps_done: number of steps taken.
@@ -89,21 +100,41 @@ class App:
     config_class: ClassVar[type[AppConfig]] = AppConfig
     continuous_objective: ClassVar[bool] = False  # True: every step continues one minimization (not time steps)
 
-    def __init__(self, config: AppConfig):
+    def __init__(self, config: AppConfig, prepared: dict | None = None):
         import warp as wp
 
-        if not isinstance(config, self.config_class):
-            raise TypeError(f"{type(self).__name__}(config): expected a {self.config_class.__name__}, got "
-                            f"{type(config).__name__}")
-        if not config.app:
-            config = config.model_copy(update={"app": self.name})
-        config = finish_config(config)
+        config = self._checked_config(config)
         self.config = config
         self.device, self.device_reason = resolve_device(config.device, config.origin("device"))
         self.dtype = wp.float64 if config.dtype == "float64" else wp.float32
         self.history: list[dict] = []
         self.steps_done = 0
-        self.mesh = self.load_mesh()
+        self.prepared = dict(prepared or {})
+        self.mesh = self.prepared["mesh"] if "mesh" in self.prepared else self.load_mesh()
+
+    @classmethod
+    def _checked_config(cls, config: AppConfig) -> AppConfig:
+        if not isinstance(config, cls.config_class):
+            raise TypeError(f"{cls.__name__}(config): expected a {cls.config_class.__name__}, got "
+                            f"{type(config).__name__}")
+        if not config.app:
+            config = config.model_copy(update={"app": cls.name})
+        return finish_config(config)
+
+    @classmethod
+    def prepare(cls, config: AppConfig) -> dict:
+        """The CPU-only part of building this app for ``config`` (no Warp device work), to run ahead in another
+        process (``warp-meshad batch`` builds the next meshes this way while the GPU solves): a picklable dict that
+        ``App(config, prepared=...)`` takes instead of doing that work again. The base reads the mesh
+        (``{"mesh": TriMesh}``) unless the app reads its own (overrides :meth:`load_mesh`); apps add their start
+        points (param: the Tutte embedding).
+
+        Raises:
+            ConfigError: as :meth:`load_mesh`.
+        """
+        if cls.load_mesh is not App.load_mesh:
+            return {}
+        return {"mesh": _read_mesh(cls._checked_config(config))}
 
     # -- building blocks ---------------------------------------------------------------------------------------------
 
@@ -114,14 +145,7 @@ class App:
             ConfigError: key ``mesh``, with the :class:`~warp_meshad.MeshError` message (an empty, non-manifold or
                 unreadable mesh, NaN coordinates, unreferenced vertices, ...).
         """
-        c = self.config
-        try:
-            if c.mesh == "grid":
-                g = c.grid
-                return TriMesh.grid(g.nx, g.ny, g.width, g.height)
-            return TriMesh.from_file(c.mesh_path())
-        except MeshError as exc:
-            raise ConfigError(c.origin("mesh"), "mesh", str(exc)) from None
+        return _read_mesh(self.config)
 
     def record(self, result, **extra) -> dict:
         """Append a :class:`~warp_meshad.SolveResult` to :attr:`history` as one step; return the record."""

@@ -20,6 +20,7 @@ GPUs (several workers share one), one CPU otherwise.
 from __future__ import annotations
 
 import csv
+import functools
 import glob
 import json
 import math
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 
 from warp_meshad._src.app.config import AppConfig, ConfigError, finish_config
 from warp_meshad._src.app.outputs import check_output_folder
+from warp_meshad._src.app.prefetch import Prefetch, default_build_jobs
 from warp_meshad._src.app.progress import Progress, stderr_log
 from warp_meshad._src.plural import plural
 
@@ -185,7 +187,7 @@ def _batchable(config: AppConfig) -> bool:
     return app_class(config.app, config.origin("app")).batch_step_parts is not App.batch_step_parts
 
 
-def run_chunk(config: AppConfig, items: list[dict], on_row=None, batched: bool = True) -> list[dict]:
+def run_chunk(config: AppConfig, items: list[dict], on_row=None, batched: bool = True, prepared=None) -> list[dict]:
     """Run the meshes of one chunk with ``config`` and return their summary rows (the unit of work of a worker).
 
     With ``batched`` and an app whose steps batch (param with projected Newton): the chunk's meshes are solved
@@ -199,13 +201,15 @@ def run_chunk(config: AppConfig, items: list[dict], on_row=None, batched: bool =
         items: ``{"name", "mesh", "folder"}`` per mesh.
         on_row: ``on_row(row)`` after each mesh (after the whole chunk when batched).
         batched: solve the chunk's meshes together where the app allows.
+        prepared: per item, a callable returning :meth:`App.prepare`'s dict built ahead (or None), or None: each
+            app builds itself.
     """
     from warp_meshad._src.app import runner
 
     if batched and len(items) > 1 and _batchable(config):
         t0 = time.perf_counter()
         outcomes = runner.run_apps_batched([_mesh_config(config, item) for item in items], check=True,
-                                           plot=config.screenshot)
+                                           plot=config.screenshot, prepared=prepared)
         share = (time.perf_counter() - t0) / len(items)
         rows = [_outcome_row(item, oc, config.mesh_format, share) for item, oc in zip(items, outcomes)]
         for row in rows:
@@ -213,10 +217,11 @@ def run_chunk(config: AppConfig, items: list[dict], on_row=None, batched: bool =
                 on_row(row)
         return rows
     rows = []
-    for item in items:
+    for k, item in enumerate(items):
         t0 = time.perf_counter()
         try:
-            outcome = runner.run_app(_mesh_config(config, item), quiet=True, check=True, plot=config.screenshot)
+            outcome = runner.run_app(_mesh_config(config, item), quiet=True, check=True, plot=config.screenshot,
+                                     prepared=prepared[k] if prepared else None)
         except Exception as exc:
             outcome = exc
         row = _outcome_row(item, outcome, config.mesh_format, time.perf_counter() - t0)
@@ -405,7 +410,7 @@ def write_summary_plot(path: pathlib.Path, rows: list[dict], title: str) -> bool
 
 def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str | None = None, batch_size: int = 4,
               screenshots: bool = False, quiet: bool = False, verbose: bool = False, log=None,
-              batched: bool = True) -> BatchReport:
+              batched: bool = True, build_jobs: int | None = None) -> BatchReport:
     """Run ``config`` (a scene) on every mesh of ``meshes`` and write the per-mesh outputs and the summary.
 
     Args:
@@ -421,6 +426,9 @@ def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str 
         verbose: show Warp's messages and, on Ray, the workers' output.
         log: ``log(text)`` for messages; default: stderr unless quiet.
         batched: solve a chunk's meshes together (see :func:`run_chunk`); False: one after the other.
+        build_jobs: in this process, processes that build the next meshes ahead (:meth:`App.prepare`: mesh file,
+            start point) while the device solves (:class:`~warp_meshad._src.app.prefetch.Prefetch`); None:
+            :func:`~warp_meshad._src.app.prefetch.default_build_jobs`; 0: none. Ray workers build their own.
 
     Returns:
         :class:`BatchReport`.
@@ -435,6 +443,8 @@ def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str 
         raise ConfigError("--workers", "workers", f"expected an int >= 1, got {workers!r}")
     if not (isinstance(batch_size, int) and batch_size >= 1):
         raise ConfigError("--batch-size", "batch_size", f"expected an int >= 1, got {batch_size!r}")
+    if build_jobs is not None and not (isinstance(build_jobs, int) and build_jobs >= 0):
+        raise ConfigError("--build-jobs", "build_jobs", f"expected an int >= 0, got {build_jobs!r}")
     use_ray = workers > 1 or address is not None
     if use_ray:
         _import_ray()  # before any work: say how to install it
@@ -474,8 +484,13 @@ def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str 
     if use_ray and chunks:
         _run_ray(config, chunks, workers, address, on_rows, log, verbose, batched)
     else:
-        for chunk in chunks:
-            run_chunk(config, chunk, on_row=lambda r: on_rows([r]), batched=batched)
+        jobs = default_build_jobs() if build_jobs is None else build_jobs
+        with Prefetch([_mesh_config(config, it) for chunk in chunks for it in chunk], jobs) as ahead:
+            first = 0
+            for chunk in chunks:
+                prepared = [functools.partial(ahead.get, first + k) for k in range(len(chunk))]
+                run_chunk(config, chunk, on_row=lambda r: on_rows([r]), batched=batched, prepared=prepared)
+                first += len(chunk)
     final = ordered()
     write_summary_csv(summary, final)
     files = {"summary": summary}

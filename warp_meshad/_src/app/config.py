@@ -36,6 +36,9 @@ class ConfigError(ValueError):
         prefix = f"{self.where}: key '{key}'" if key else self.where
         super().__init__(f"{prefix}: {message}")
 
+    def __reduce__(self):  # rebuilt from its parts in another process (a prefetching build, a Ray worker)
+        return type(self), (self.where, self.key, self.detail)
+
 
 class ConfigModel(BaseModel):
     """Base of every config and nested group of keys (such as ``grid:``): strict types, no unknown keys.

@@ -117,7 +117,7 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
 
 
 def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, check: bool = True,
-            log=None, plot: bool = True) -> RunReport:
+            log=None, plot: bool = True, prepared=None) -> RunReport:
     """Build the config's app, run it (headless, or in the viewer), check it, and write its outputs.
 
     The output folder is checked for writing first. Each Warp module compiled while the app is built and run is
@@ -132,6 +132,9 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
         check: run ``check_final`` (its failure is raised after the outputs are written).
         log: ``log(text)`` for messages; default: print to stderr unless quiet.
         plot: write ``convergence.png`` (matplotlib).
+        prepared: :meth:`App.prepare`'s dict for this config (built ahead, e.g. by
+            :class:`~warp_meshad._src.app.prefetch.Prefetch`), or a callable returning it (or None); None: the app
+            builds everything itself.
 
     Returns:
         :class:`RunReport`.
@@ -153,7 +156,7 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
     messages = []
     step_ends = []
     with ModuleLoads(log=None if quiet else log) as loads:
-        app = app_class(config.app, config.origin("app"))(config)
+        app = app_class(config.app, config.origin("app"))(config, _resolved(prepared))
         log(app.describe())
         times["setup"] = (time.perf_counter() - t0) * 1000.0
 
@@ -177,6 +180,10 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
         log(loads.describe())
 
     return _finish(app, config, out, times, loads, step_ends, check, log, messages, plot)
+
+
+def _resolved(prepared):
+    return prepared() if callable(prepared) else prepared
 
 
 def step_apps_batched(apps: list[App]) -> bool:
@@ -206,13 +213,15 @@ def step_apps_batched(apps: list[App]) -> bool:
     return True
 
 
-def run_apps_batched(configs: list[AppConfig], check: bool = True, plot: bool = True) -> list:
+def run_apps_batched(configs: list[AppConfig], check: bool = True, plot: bool = True, prepared=None) -> list:
     """Run configs of one scene that differ in their mesh (``warp-meshad batch``): the apps are built one by one,
     their steps run batched (:func:`step_apps_batched`; mesh by mesh where the app's step cannot be batched, or when
     the batched solve raises), then each is checked and writes its outputs as :func:`run_app` does. Quiet.
 
     Each mesh's ``metrics.json`` gets its own setup and output times and, as its run time, its share of the batched
     steps' wall time (the batch's time divided by the number of meshes). ``plot``: write each ``convergence.png``.
+    ``prepared``: per config, :meth:`App.prepare`'s dict or a callable returning it (None: built here), as
+    :func:`run_app` takes it.
 
     Returns:
         Per config, in order: a :class:`RunReport`, or the exception that stopped that mesh (a ``ConfigError`` for a
@@ -231,7 +240,8 @@ def run_apps_batched(configs: list[AppConfig], check: bool = True, plot: bool = 
             t0 = time.perf_counter()
             try:
                 out = check_output_folder(output_folder(config), config.origin("output"))
-                app = app_class(config.app, config.origin("app"))(config)
+                ahead = _resolved(prepared[i]) if prepared else None
+                app = app_class(config.app, config.origin("app"))(config, ahead)
             except Exception as exc:  # a bad mesh or folder: recorded, the others go on
                 outcomes[i] = exc
                 continue
