@@ -1,0 +1,130 @@
+"""Where a cuDSS linear solve's time goes inside a Newton iteration (issue 19 item 2, issue 20): one process.
+
+    python -m benchmarks.cudss_calls            # CUDA only
+
+For three systems (the projected Hessian of param/armadillo at its Tutte start, 64k unknowns; elastic/bunny's first
+time step, 3k unknowns; 50 patches of the 200-patch dataset as one ProblemBatch, if ``--patches`` is given), it runs
+the host loop's ``NewtonSolver`` for a few iterations and counts the cuDSS plans (reordering + symbolic
+factorization) and CSR rebuilds made, then times ``CudssSolver.solve`` alone on the last Hessian (wall ms per call,
+its ``LinearSolveInfo`` split), the raw ``nvmath`` ``factorize`` + ``solve`` calls (wall, and GPU time between CUDA
+events), the same without the residual check, and hybrid execution. Prints one JSON line per system.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import time
+
+import numpy as np
+import warp as wp
+
+
+def _counted(cls, name, counts, key):
+    original = getattr(cls, name)
+
+    def wrapper(*a, **kw):
+        counts[key] = counts.get(key, 0) + 1
+        return original(*a, **kw)
+
+    setattr(cls, name, wrapper)
+    return original
+
+
+def _events_ms(fn, device, runs=20):
+    """(median wall ms, median GPU ms between events) of ``fn()``."""
+    walls, gpus = [], []
+    for _ in range(runs):
+        wp.synchronize_device(device)
+        start, end = wp.Event(device, enable_timing=True), wp.Event(device, enable_timing=True)
+        t0 = time.perf_counter()
+        wp.record_event(start)
+        fn()
+        wp.record_event(end)
+        wp.synchronize_device(device)
+        walls.append((time.perf_counter() - t0) * 1e3)
+        gpus.append(wp.get_event_elapsed_time(start, end))
+    return statistics.median(walls), statistics.median(gpus)
+
+
+def probe(name, problem, x0, device, fixed=None) -> dict:
+    import warp_meshad as wm
+    from warp_meshad._src.solve import linear
+
+    counts: dict = {}
+    undo = [(linear.CudssSolver, "_direct_solver", _counted(linear.CudssSolver, "_direct_solver", counts, "plans")),
+            (linear.CudssSolver, "_build", _counted(linear.CudssSolver, "_build", counts, "csr_builds"))]
+    try:
+        solver = wm.NewtonSolver(problem, linear_solver="cudss", project_hessian=True, fixed=fixed)
+        t0 = time.perf_counter()
+        res = solver.solve(x0, max_iterations=8, tolerance=0.0, energy_tolerance=0.0)
+        newton_ms = (time.perf_counter() - t0) * 1e3
+        rec = {"system": name, "unknowns": problem.variable_count * problem.variable_dim, "newton_iterations": res.iterations,
+               "newton_ms": newton_ms, "newton_phases_ms": res.time_ms, "counts_in_newton": dict(counts)}
+        _, g, H = problem.eval_with_hessian_proj(res.x)
+        b = wp.clone(g)
+        x = wp.zeros_like(g)
+        counts.clear()
+        for label, kw in (("cudss", {}), ("cudss_no_residual", {"compute_residual": False}),
+                          ("cudss_hybrid", {"execution": "hybrid"})):
+            try:
+                ls = linear.CudssSolver(**kw)
+                ls.solve(H, b, x)  # plan
+                infos = []
+                wall, gpu = _events_ms(lambda: infos.append(ls.solve(H, b, x)), device)
+                rec[label] = {"wall_ms": wall, "gpu_ms": gpu,
+                              "analysis_ms": statistics.median(i.analysis_ms for i in infos),
+                              "factor_ms": statistics.median(i.factor_ms for i in infos),
+                              "solve_ms": statistics.median(i.solve_ms for i in infos)}
+                if label == "cudss":  # the raw nvmath calls on the same planned solver
+                    stream = wp.get_stream(device).cuda_stream
+                    dctx, sctx = ls._stream(device)
+                    with dctx, sctx:
+                        rec["nvmath_factorize"] = dict(zip(("wall_ms", "gpu_ms"), _events_ms(
+                            lambda: ls._solver.factorize(stream=stream), device)))
+                        rec["nvmath_solve"] = dict(zip(("wall_ms", "gpu_ms"), _events_ms(
+                            lambda: ls._solver.solve(stream=stream), device)))
+                        rec["csr_update"] = dict(zip(("wall_ms", "gpu_ms"), _events_ms(
+                            lambda: ls._csr.update_values(H), device)))
+            except Exception as exc:
+                rec[label] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        rec["counts_in_timed_solves"] = dict(counts)
+        rec["assemble_hessian"] = dict(zip(("wall_ms", "gpu_ms"), _events_ms(
+            lambda: problem.eval_with_hessian_proj(res.x), device)))
+        return rec
+    finally:
+        for cls, name_, original in undo:
+            setattr(cls, name_, original)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--patches", default=None, help="folder of the 200-patch dataset (the batch system)")
+    ap.add_argument("--batch", type=int, default=50)
+    args = ap.parse_args(argv)
+    wp.config.quiet = True
+    from warp_meshad.app import app_class, load_config
+
+    device = wp.get_device("cuda:0")
+    flags = {"--device": {"device": "cuda:0"}}
+    a = app_class("param")(load_config("param/armadillo", flags=flags))
+    print(json.dumps(probe("param/armadillo", a.problem, a.uv, device), default=float), flush=True)
+    e = app_class("elastic")(load_config("elastic/bunny", flags=flags))
+    pinned = e.pinned if e.pinned.size else None
+    print(json.dumps(probe("elastic/bunny", e.problem, e.x, device, fixed=pinned), default=float), flush=True)
+    if args.patches:
+        from warp_meshad import ProblemBatch
+
+        meshes = sorted(pathlib.Path(args.patches).glob("*.obj"))[: args.batch]
+        apps = [app_class("param")(load_config("param/patches", flags=flags, overrides={"mesh": str(m)}))
+                for m in meshes]
+        batch = ProblemBatch([p.problem for p in apps])
+        x0 = batch.join([p.uv for p in apps])
+        print(json.dumps(probe(f"param batch of {len(apps)}", batch.problem, x0, device), default=float), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
