@@ -137,6 +137,7 @@ class _Phases:
         self._timed(TriMesh, "from_file", "mesh_read")
         self._timed(warp_meshad, "tutte_embedding", "tutte")
         self._solver(linear._ReusedFactors)  # the direct back-ends' solve (cuDSS, QDLDL, SciPy)
+        self._timed(linear.CudssSolver, "_direct_solver", "cudss_plan")  # cuDSS analyses (reordering, symbolic)
         return self
 
     def __exit__(self, *exc):
@@ -231,6 +232,9 @@ def main(argv=None) -> int:
     parser.add_argument("--max-faces", type=int, default=None, help="use only the meshes of at most this many faces")
     parser.add_argument("--build-jobs", type=int, nargs="*", default=[],
                         help="also run one_at_a_time and each batch size with this many processes building ahead")
+    parser.add_argument("--skip-reference", action="store_true",
+                        help="no one-at-a-time reference (compare with an earlier run's); with --build-jobs only the "
+                             "batches built ahead")
     parser.add_argument("--ray-only", action="store_true",
                         help="only the Ray runs (e.g. 1 against 2 workers on the CPU), no one-at-a-time reference")
     args = parser.parse_args(argv)
@@ -271,20 +275,24 @@ def main(argv=None) -> int:
         return rows
 
     reference = None
-    if not args.ray_only:
+    if not args.ray_only and not args.skip_reference:
         reference = run("one_at_a_time", one_at_a_time, configs)
         faces = [r["faces"] for r in reference]
         its = [r["iterations"] for r in reference]
         print(f"  faces {min(faces)}-{max(faces)} (total {sum(faces)}), iterations {min(its)}-{max(its)} "
               f"(median {int(np.median(its))})", flush=True)
-    for jobs in ([] if args.ray_only else args.build_jobs):
+    for jobs in ([] if args.ray_only or args.skip_reference else args.build_jobs):
         rows = run(f"one_at_a_time_ahead_{jobs}", one_at_a_time, configs, jobs)
         records[-1].update(_check(reference, rows))
         records[-1]["speedup_vs_one_at_a_time"] = records[0]["total_s"] / records[-1]["total_s"]
         print(f"  {records[-1]['method']}: {records[-1]['speedup_vs_one_at_a_time']:.2f}x", flush=True)
     runs = [(size, 0) for size in args.batch_sizes] + [(size, j) for j in args.build_jobs for size in args.batch_sizes]
+    if args.skip_reference and args.build_jobs:
+        runs = [r for r in runs if r[1]]
     for size, jobs in ([] if args.ray_only else runs):
         rows = run(f"batched_{size}" + (f"_ahead_{jobs}" if jobs else ""), batched, configs, size, jobs)
+        if reference is None:
+            continue
         records[-1].update(_check(reference, rows))
         records[-1]["speedup_vs_one_at_a_time"] = records[0]["total_s"] / records[-1]["total_s"]
         print(f"  {records[-1]['method']}: {records[-1]['speedup_vs_one_at_a_time']:.2f}x, same results: "

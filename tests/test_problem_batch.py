@@ -71,6 +71,21 @@ def _assert_same(singles, batched):
         np.testing.assert_allclose(r.x.numpy(), s.x.numpy(), rtol=1e-6, atol=1e-8, err_msg=f"mesh {b}")
 
 
+def test_auto_compaction_waits_until_the_saved_rounds_pay_for_an_analysis():
+    """``compact="auto"``: compact when rounds * t_round * (1 - share) > t_analysis * share (times of this solve)."""
+    problems, _ = zip(*[_param_problem(n) for n in PATCHES[:2]])
+    solver = wm.BatchNewtonSolver(wm.ProblemBatch(problems), linear_solver="qdldl")
+    times = {"analysis": 300.0, "round": 3.0}  # an analysis costs 100 rounds (the H200's cuDSS, roughly)
+    assert not solver._compacts(0.5, 20, {"analysis": 300.0})  # no round timed yet on this batch
+    assert not solver._compacts(0.5, 20, times)  # 20 * 3 * 0.5 = 30 < 150
+    assert solver._compacts(0.1, 20, times)  # 20 * 3 * 0.9 = 54 > 30
+    assert not solver._compacts(0.1, 5, times)  # 5 * 3 * 0.9 = 13.5 < 30
+    fixed = wm.BatchNewtonSolver(wm.ProblemBatch(problems), linear_solver="qdldl", compact=0.5)
+    assert fixed._compacts(0.5, 0, {}) and not fixed._compacts(0.6, 100, times)
+    with pytest.raises(ValueError, match=r"compact=...\): expected 'auto' or a fraction in \[0, 1\), got 'always'"):
+        wm.BatchNewtonSolver(wm.ProblemBatch(problems), linear_solver="qdldl", compact="always")
+
+
 def test_param_batch_equals_single_solves():
     problems, starts = zip(*[_param_problem(n) for n in PATCHES])
     assert len({p.variable_count for p in problems}) == len(PATCHES)
@@ -79,12 +94,13 @@ def test_param_batch_equals_single_solves():
                for p, uv in zip(problems, starts)]  # fmt: skip
     batch = wm.ProblemBatch(problems)
     np.testing.assert_allclose(batch.eval_per_mesh(batch.join(starts)), [s.energies[0] for s in singles], rtol=1e-12)
-    result = wm.BatchNewtonSolver(batch, linear_solver="qdldl").solve(batch.join(starts), **kw)
+    result = wm.BatchNewtonSolver(batch, linear_solver="qdldl", compact=0.5).solve(batch.join(starts), **kw)
     assert all(s.converged for s in singles)
     _assert_same(singles, result)
     assert result.rounds == max(s.iterations for s in singles) + 1
     # the meshes that finish early leave the batch's system: the last rounds run on the active meshes only
     assert result.compactions >= 1
+    _assert_same(singles, wm.BatchNewtonSolver(batch, linear_solver="qdldl").solve(batch.join(starts), **kw))
     whole = wm.BatchNewtonSolver(batch, linear_solver="qdldl", compact=0.0).solve(batch.join(starts), **kw)
     assert whole.compactions == 0
     _assert_same(singles, whole)

@@ -143,10 +143,15 @@ class BatchNewtonSolver:
     The settings mean what they mean for :class:`~warp_meshad.NewtonSolver` and apply to every mesh.
 
     Meshes need different numbers of iterations (on the 200-patch param dataset 4 to 138, median 13), and a stopped
-    mesh still sits in the batch's system. So once the active meshes hold at most ``compact`` of the current
-    batch's variables, the loop continues on a new batch of the active meshes only
-    (:meth:`ProblemBatch.subset`: the same kernels, a new Hessian pattern and linear-solver analysis); each round then
-    costs what the active meshes cost.
+    mesh still sits in the batch's system. The loop can continue on a new batch of the active meshes only
+    (*compaction*, :meth:`ProblemBatch.subset`: the same kernels, a new Hessian pattern and linear-solver analysis);
+    each round then costs what the active meshes cost, but the new analysis costs too: on the H200 cuDSS's analysis
+    takes about 3 us per unknown and a factorization plus solve of a batch about 26 ns per unknown
+    (benchmarks/README.md, ``cudss_calls.py``), so one analysis costs as much as ~100 rounds. With
+    ``compact="auto"`` the loop compacts once the rounds it expects to save pay for the analysis, from the times this
+    solve measured: with ``r`` rounds run, ``t_f`` the last round's factorization + solve, ``t_a`` the current
+    batch's analysis and ``a`` the active meshes' share of its variables, when ``r * t_f * (1 - a) > t_a * a`` (it
+    expects as many rounds to come as have run).
 
     Args:
         batch: the :class:`~warp_meshad.ProblemBatch`.
@@ -156,7 +161,8 @@ class BatchNewtonSolver:
         project_hessian, projection, projection_eps: as :class:`~warp_meshad.NewtonSolver`.
         fixed: per mesh, the indices of its pinned variables (None for none), or None.
         linear_solver_options, shrink, max_line_search_tries, armijo_c: as :class:`~warp_meshad.NewtonSolver`.
-        compact: compact the batch when the active meshes hold at most this fraction of its variables (0: never).
+        compact: ``"auto"`` (the rule above), or a fraction: compact when the active meshes hold at most this
+            fraction of the batch's variables (0: never).
     """
 
     def __init__(
@@ -171,7 +177,7 @@ class BatchNewtonSolver:
         shrink: float = 0.8,
         max_line_search_tries: int = 64,
         armijo_c: float = 1e-4,
-        compact: float = 0.5,
+        compact: float | str = "auto",
     ):
         if not isinstance(batch, ProblemBatch):
             raise TypeError(f"BatchNewtonSolver(batch=...): expected a ProblemBatch, got {type(batch).__name__}")
@@ -179,8 +185,8 @@ class BatchNewtonSolver:
         check_armijo_settings(shrink, armijo_c, max_line_search_tries,
                               names=tuple(f"BatchNewtonSolver({n}=...)" for n in ("shrink", "armijo_c",
                                                                                   "max_line_search_tries")))
-        if not 0.0 <= compact < 1.0:
-            raise ValueError(f"BatchNewtonSolver(compact=...): expected a fraction in [0, 1), got {compact}")
+        if compact != "auto" and not (isinstance(compact, (int, float)) and 0.0 <= compact < 1.0):
+            raise ValueError(f"BatchNewtonSolver(compact=...): expected 'auto' or a fraction in [0, 1), got {compact!r}")
         if fixed is not None:
             fixed = list(fixed)
             batch.join_indices(fixed)  # checks the count and every index now
@@ -194,7 +200,17 @@ class BatchNewtonSolver:
         self.shrink = float(shrink)
         self.max_line_search_tries = int(max_line_search_tries)
         self.armijo_c = float(armijo_c)
-        self.compact = float(compact)
+        self.compact = compact if compact == "auto" else float(compact)
+
+    def _compacts(self, active_share: float, rounds: int, times_ms: dict) -> bool:
+        """Whether to move on to a batch of the active meshes (``active_share``: their share of the current batch's
+        variables; ``rounds``: rounds run so far; ``times_ms``: the current batch's ``analysis`` and last ``round``
+        linear-solve times)."""
+        if self.compact != "auto":
+            return self.compact > 0.0 and active_share <= self.compact
+        if "round" not in times_ms:
+            return False
+        return rounds * times_ms["round"] * (1.0 - active_share) > times_ms.get("analysis", 0.0) * active_share
 
     def _compacted(self, st: _Stage, ids: np.ndarray, active: np.ndarray, xk, saved: dict):
         """A stage of the active meshes (``active``: original indices), started at their current points; the
@@ -259,6 +275,7 @@ class BatchNewtonSolver:
         started = np.zeros(B, dtype=bool)
         saved: dict = {}
         counts = batch.variable_counts
+        times_ms: dict = {}  # the current stage's linear-solve times (the compaction rule)
 
         def stop(b: int, reason: str, converged: bool = False) -> None:
             stopped[b] = True
@@ -269,10 +286,11 @@ class BatchNewtonSolver:
             if stopped.all():
                 break
             live = ids[~stopped[ids]]
-            if self.compact > 0.0 and live.size < ids.size and counts[live].sum() <= self.compact * counts[ids].sum():
+            if live.size < ids.size and self._compacts(counts[live].sum() / counts[ids].sum(), it, times_ms):
                 st, ids, xk = self._compacted(st, ids, live, xk, saved)
                 out.compactions += 1
                 st.update_mask(stopped[ids])
+                times_ms = {}
             p, nt = st.batch.problem, st.newton
             out.rounds += 1
             t0 = time.perf_counter()
@@ -309,6 +327,10 @@ class BatchNewtonSolver:
             nt._H = H
             linear = SolveResult(x=None)
             failed = nt._direction(xk, g, linear) is not None
+            info = getattr(nt, "last_linear_info", None)
+            if info is not None:  # the compaction rule's times: the stage's analysis, its last factorization + solve
+                times_ms["analysis"] = times_ms.get("analysis", 0.0) + info.analysis_ms
+                times_ms["round"] = info.factor_ms + info.solve_ms
             d = nt._buf("d")
             dd = st.dots(g, d)
             times["linear_solve"] += (time.perf_counter() - t0) * 1000.0

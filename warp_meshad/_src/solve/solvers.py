@@ -527,11 +527,13 @@ class NewtonSolver(_Driver):
             apply_dirichlet(H, rhs, self.fixed_mask)
         d = self._buf("d")
         d.zero_()
+        self.last_linear_info = None
         try:
             info = self.linear_solver.solve(H, rhs, d)
         except LinearSolveError:
             result._linear_solve(0, False, failed=True)
             return "linear_solve_failed"
+        self.last_linear_info = info  # the batch solver's compaction rule reads its timings
         result._linear_solve(info.iterations, info.converged)
         return None
 
