@@ -115,8 +115,11 @@ case "$stage" in
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUTDIR/gpu_info.txt"
     [ -d /tmp/patches ] || python3 benchmarks/make_dataset.py --out /tmp/patches --jobs 14 > "$OUTDIR/make_dataset.log" 2>&1
     tail -2 "$OUTDIR/make_dataset.log"
-    BENCH_OUT="$OUTDIR" timeout "${BATCH_S:-330}" python3 -m benchmarks.batch_param --meshes /tmp/patches --device cuda:0 \
-      --batch-sizes ${BATCH_SIZES:-200 50} --ray-workers ${RAY_WORKERS:-2 4} > "$OUTDIR/batch_param_gpu.log" 2>&1
+    # from /tmp: Ray puts the driver's folder first on its workers' path, and the checkout's warp_meshad/ lacks the
+    # kernels/ mapping of /tmp/pkg (session 9's Ray workers failed to import warp_meshad.kernels from there)
+    (cd /tmp && BENCH_OUT="$OUTDIR" timeout "${BATCH_S:-330}" python3 -m benchmarks.batch_param --meshes /tmp/patches \
+      --device cuda:0 --batch-sizes ${BATCH_SIZES:-200 50} --build-jobs ${BUILD_JOBS:-12} \
+      --ray-workers ${RAY_WORKERS:-2 4}) > "$OUTDIR/batch_param_gpu.log" 2>&1
     echo "batch_param gpu rc $?"; grep -v "^Module\|^Warp\|^   " "$OUTDIR/batch_param_gpu.log" | tail -14 | cut -c1-400
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 BENCH_OUT="$OUTDIR" timeout "${CPU_S:-200}" python3 -m benchmarks.batch_param \
       --meshes /tmp/patches --device cpu --max-faces ${CPU_FACES:-5000} --ray-only --ray-workers 1 2 \
