@@ -170,7 +170,7 @@ def _per_mesh(apps) -> list[dict]:
 
 
 def _ahead(configs, jobs: int):
-    from warp_meshad._src.app.prefetch import Prefetch
+    from warp_meshad.app import Prefetch
 
     return Prefetch(configs, jobs) if jobs else None
 

@@ -24,6 +24,8 @@ BENCHMARK_PRIVATE = {
     # newton_step: the Dirichlet rows and the step scaling around the driver's timed iteration
     "warp_meshad._src.solve.constraints": {"apply_dirichlet", "fixed_mask_from_indices"},
     "warp_meshad._src.solve.vector_ops": {"scale_into"},
+    # batch_param, cudss_calls: time the direct back-ends' analysis, factorization and solve inside the solver loops
+    "warp_meshad._src.solve": {"linear"},
 }
 HEAVY = ("polyscope", "yaml", "cupy", "torch", "nvmath", "pydantic", "tqdm", "matplotlib", "ray")
 

@@ -23,6 +23,7 @@ from warp_meshad._src.app.batch import SUMMARY_COLUMNS, BatchReport, find_meshes
 from warp_meshad._src.app.config import AppConfig, ConfigError, ConfigModel, GridConfig
 from warp_meshad._src.app.loader import load_config, parse_set
 from warp_meshad._src.app.outputs import check_output_folder, output_folder
+from warp_meshad._src.app.prefetch import Prefetch
 from warp_meshad._src.app.registry import DEFAULT_CONFIG, app_class, available_apps, available_configs, configs_root
 from warp_meshad._src.app.runner import RunReport, WarmupReport
 from warp_meshad._src.app.runner import run_app as run
@@ -40,6 +41,7 @@ __all__ = [
     "ConfigError",
     "ConfigModel",
     "GridConfig",
+    "Prefetch",
     "RunReport",
     "ViewerError",
     "WarmupReport",
