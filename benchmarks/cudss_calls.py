@@ -69,14 +69,16 @@ def probe(name, problem, x0, device, fixed=None) -> dict:
         t0 = time.perf_counter()
         res = solver.solve(x0, max_iterations=8, tolerance=0.0, energy_tolerance=0.0)
         newton_ms = (time.perf_counter() - t0) * 1e3
-        rec = {"system": name, "unknowns": problem.variable_count * problem.variable_dim, "newton_iterations": res.iterations,
+        rec = {"system": name, "unknowns": problem.variable_count * problem.variable_dim,
+               "newton_iterations": res.iterations,
                "newton_ms": newton_ms, "newton_phases_ms": res.time_ms, "counts_in_newton": dict(counts),
                "plan_ms": infos[0].analysis_ms}
         infos.clear()  # the same solver again (planned): the host loop's steady state, each solve's own times
         t0 = time.perf_counter()
         again = solver.solve(x0, max_iterations=8, tolerance=0.0, energy_tolerance=0.0)
         rec["newton_again_ms_per_iteration"] = (time.perf_counter() - t0) * 1e3 / max(again.iterations, 1)
-        rec["newton_again_phases_ms_per_iteration"] = {k: v / max(again.iterations, 1) for k, v in again.time_ms.items()}
+        per_it = max(again.iterations, 1)
+        rec["newton_again_phases_ms_per_iteration"] = {k: v / per_it for k, v in again.time_ms.items()}
         rec["newton_again_linear_info_median_ms"] = {
             k: statistics.median(getattr(i, k) for i in infos) for k in ("analysis_ms", "factor_ms", "solve_ms")}
         _, g, H = problem.eval_with_hessian_proj(res.x)
@@ -132,7 +134,8 @@ def reorderings(name, problem, x0, device, algorithms=(None, 1, 2, 3)) -> dict:
             infos = [ls.solve(H, b, x) for _ in range(10)]
             rec["reorderings"][str(alg)] = {
                 "analysis_ms": first.analysis_ms, "factor_ms": statistics.median(i.factor_ms for i in infos),
-                "solve_ms": statistics.median(i.solve_ms for i in infos), "relative_residual": infos[-1].residual_norm / bn}
+                "solve_ms": statistics.median(i.solve_ms for i in infos),
+                "relative_residual": infos[-1].residual_norm / bn}
         except Exception as exc:
             rec["reorderings"][str(alg)] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     return rec

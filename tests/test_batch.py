@@ -166,6 +166,8 @@ def test_cli_batch_errors_exit_2(tmp_path, capsys, monkeypatch):
     assert main(args + ["--meshes", str(SMALL), "--workers", "2"]) == 2
     err = capsys.readouterr().err
     assert "pip install 'warp-meshad[batch]'" in err and "--workers 1" in err
+    assert main(args + ["--meshes", str(SMALL), "--build-jobs", "-1"]) == 2
+    assert "--build-jobs: key 'build_jobs': expected an int >= 0, got -1" in capsys.readouterr().err
     assert not (tmp_path / "o" / "patch_000").exists()  # nothing ran
 
 

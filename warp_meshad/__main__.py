@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="solve a chunk's meshes one after the other instead of as one batched problem")
     batch.add_argument("--build-jobs", type=int, default=None, metavar="J",
                        help="in this process: J processes read the next meshes and compute their start points while "
-                            "the device solves (default: one per core beyond two, at most 8; 0: none)")
+                            "the device solves (default: one per core beyond two, at most 8 and one per 4 meshes; "
+                            "0: none)")
     batch.add_argument("--screenshots", action="store_true", help="render screenshot.png and convergence.png for each mesh (slow)")
     run.add_argument("--steps", type=int, help="number of steps (overrides the config)")
     run.add_argument("--output", metavar="DIR",

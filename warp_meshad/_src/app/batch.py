@@ -428,7 +428,8 @@ def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str 
         batched: solve a chunk's meshes together (see :func:`run_chunk`); False: one after the other.
         build_jobs: in this process, processes that build the next meshes ahead (:meth:`App.prepare`: mesh file,
             start point) while the device solves (:class:`~warp_meshad._src.app.prefetch.Prefetch`); None:
-            :func:`~warp_meshad._src.app.prefetch.default_build_jobs`; 0: none. Ray workers build their own.
+            :func:`~warp_meshad._src.app.prefetch.default_build_jobs`, at most one per 4 meshes to run; 0: none. Ray
+            workers build their own.
 
     Returns:
         :class:`BatchReport`.
@@ -484,7 +485,9 @@ def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str 
     if use_ray and chunks:
         _run_ray(config, chunks, workers, address, on_rows, log, verbose, batched)
     else:
-        jobs = default_build_jobs() if build_jobs is None else build_jobs
+        jobs = build_jobs
+        if jobs is None:  # a spawned process starts in about a second: worth it from a few meshes per process
+            jobs = min(default_build_jobs(), len(todo) // 4)
         with Prefetch([_mesh_config(config, it) for chunk in chunks for it in chunk], jobs) as ahead:
             first = 0
             for chunk in chunks:

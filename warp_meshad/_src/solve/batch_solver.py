@@ -186,7 +186,8 @@ class BatchNewtonSolver:
                               names=tuple(f"BatchNewtonSolver({n}=...)" for n in ("shrink", "armijo_c",
                                                                                   "max_line_search_tries")))
         if compact != "auto" and not (isinstance(compact, (int, float)) and 0.0 <= compact < 1.0):
-            raise ValueError(f"BatchNewtonSolver(compact=...): expected 'auto' or a fraction in [0, 1), got {compact!r}")
+            raise ValueError(f"BatchNewtonSolver(compact=...): expected 'auto' or a fraction in [0, 1), got "
+                             f"{compact!r}")
         if fixed is not None:
             fixed = list(fixed)
             batch.join_indices(fixed)  # checks the count and every index now
