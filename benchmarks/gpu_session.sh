@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the lent GPU host (see README "GPU runs"): unpack the carried Warp/cuDSS bundle once, then
-# run one stage: `tests`, `pile` (spot_pile, resumable), `bench` (mass-spring), `cache`, `bench19`, `bench20`, `apps19`, `apps_loops`,
-# or any command after `--`.
+# run one stage: `tests`, `pile` (spot_pile, resumable), `bench` (mass-spring), `cache`, `bench19`, `bench20`, `apps19`,
+# `apps_loops`, `newton_tet`, `pack <stage> ...` (one archive of the stage's files), or any command after `--`.
 set -u
 cd "$(dirname "$0")/.."
 # kernels compiled before: carried as .gpu/warpcache.tar.xz (or copied to /tmp/gpu/ by an earlier call), from this
@@ -159,6 +159,18 @@ case "$stage" in
         summary "$out/metrics.json" "$scene" "device_loop=$loop"
       done
     done
+    ;;
+  pack)
+    # a call returns at most 8 files from $OUT: run the given stage with its files in a scratch folder, then pack
+    # them into one archive (`bash benchmarks/gpu_session.sh pack bench20`)
+    OUT=/tmp/pack_out bash "$0" "$@"
+    echo "stage rc $?"
+    tar -czf "$OUTDIR/pack.tgz" -C /tmp pack_out && ls -la "$OUTDIR/pack.tgz"
+    ;;
+  newton_tet)
+    # issue 19 item 3: the 1M-tet statics with cuDSS's options (session 9's log was lost to the 8-file limit)
+    BENCH_OUT="$OUTDIR" timeout "${TET_S:-540}" python3 -m benchmarks.newton_tet "$@" > "$OUTDIR/newton_tet.log" 2>&1
+    echo "newton_tet rc $?"; grep -v "^Module\|^Warp" "$OUTDIR/newton_tet.log" | tail -40
     ;;
   --)
     "$@" 2>&1 | tee "$OUTDIR/cmd.log"
