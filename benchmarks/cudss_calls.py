@@ -117,27 +117,34 @@ def probe(name, problem, x0, device, fixed=None) -> dict:
             setattr(cls, name_, original)
 
 
-def reorderings(name, problem, x0, device, algorithms=(None, 1, 2, 3)) -> dict:
-    """Per cuDSS reordering algorithm (``CudssSolver(reordering=...)``; None: cuDSS's default): the analysis of
-    the projected Hessian at ``x0`` (first solve's ``analysis_ms``, timed synchronized), then the median
-    factorization and solve of 10 more solves, and the relative residual."""
+ANALYSIS_VARIANTS = {  # CudssSolver options that may shorten the analysis (reordering on the host)
+    "default": {}, "reordering_3": {"reordering": 3}, "spd": {"matrix_type": "spd"},
+    "no_matching": {"use_matching": False}, "host_threads_8": {"host_threads": 8},
+    "spd_host_threads_8": {"matrix_type": "spd", "host_threads": 8},
+}
+
+
+def reorderings(name, problem, x0, device, variants=ANALYSIS_VARIANTS) -> dict:
+    """Per ``CudssSolver`` option set of ``variants`` (reordering algorithm, matrix type, matching, host threads):
+    the analysis of the projected Hessian at ``x0`` (first solve's ``analysis_ms``, timed synchronized), then the
+    median factorization and solve of 10 more solves, and the relative residual."""
     from warp_meshad._src.solve import linear
 
     _, g, H = problem.eval_with_hessian_proj(x0)
     b, x = wp.clone(g), wp.zeros_like(g)
     rec = {"system": name, "unknowns": problem.variable_count * problem.variable_dim, "reorderings": {}}
     bn = float(np.linalg.norm(b.numpy()))
-    for alg in algorithms:
+    for label, options in variants.items():
         try:
-            ls = linear.CudssSolver(reordering=alg)
+            ls = linear.CudssSolver(**options)
             first = ls.solve(H, b, x)
             infos = [ls.solve(H, b, x) for _ in range(10)]
-            rec["reorderings"][str(alg)] = {
+            rec["reorderings"][label] = {
                 "analysis_ms": first.analysis_ms, "factor_ms": statistics.median(i.factor_ms for i in infos),
                 "solve_ms": statistics.median(i.solve_ms for i in infos),
                 "relative_residual": infos[-1].residual_norm / bn}
         except Exception as exc:
-            rec["reorderings"][str(alg)] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            rec["reorderings"][label] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     return rec
 
 

@@ -1239,6 +1239,11 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             (``nvmath.sparse.advanced.ExecutionHybrid``, ``CUDSS_CONFIG_HYBRID_EXECUTE_MODE``), where cuDSS may run
             parts of the factorization and solve on the host: meant for small systems, where kernel launches
             dominate.
+        host_threads: host threads of cuDSS's analysis (``plan_config.host_nthreads``; its reordering runs on the
+            host, about 4 us per unknown on one thread of the H200 host; cuDSS needs its threading layer,
+            ``CUDSS_THREADING_LIB``); None: cuDSS's default.
+        use_matching: cuDSS's matching step of the analysis (``plan_config.use_matching``); None: cuDSS's default.
+            Not needed for symmetric positive definite matrices.
 
     With ``reuse_factorization > 1`` or ``factor_dtype="float32"`` a solve reads residual norms on the host (the PCG),
     so :meth:`solve_deferred` then synchronizes like :meth:`solve` (``defers_checks`` is False).
@@ -1259,8 +1264,14 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         refine_maxiter: int = 20,
         refine_budget: float | None = 1.0,
         execution: str = "cuda",
+        host_threads: int | None = None,
+        use_matching: bool | None = None,
     ):
         super().__init__(compute_residual)
+        if host_threads is not None and not (isinstance(host_threads, int) and host_threads >= 1):
+            raise ValueError(f"host_threads: expected None or an int >= 1, got {host_threads!r}")
+        if use_matching is not None and not isinstance(use_matching, bool):
+            raise ValueError(f"use_matching: expected None or a bool, got {use_matching!r}")
         if matrix_type not in self.MATRIX_TYPES:
             raise ValueError(f"matrix_type: expected one of {self.MATRIX_TYPES}, got {matrix_type!r}")
         if execution not in self.EXECUTIONS:
@@ -1272,6 +1283,8 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         self.matrix_type = matrix_type
         self.reordering = reordering
         self.execution = execution
+        self.host_threads = host_threads
+        self.use_matching = use_matching
         self._factored = None  # the pattern the solver's factors belong to (resolve)
         self._quiet = logging.getLogger("warp_meshad.linear.cudss")
         if self._quiet.level == logging.NOTSET:
@@ -1328,6 +1341,10 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         try:
             if self.reordering is not None:
                 solver.plan_config.reordering_algorithm = int(self.reordering)
+            if self.host_threads is not None:
+                solver.plan_config.host_nthreads = int(self.host_threads)
+            if self.use_matching is not None:
+                solver.plan_config.use_matching = bool(self.use_matching)
             solver.plan(stream=stream)
         except BaseException:
             solver.free()
