@@ -146,10 +146,10 @@ class App(_AppBase):
     continuous_objective = True
 
     @classmethod
-    def prepare(cls, config: ParamConfig) -> dict:
+    def _prepare_checked(cls, config: ParamConfig) -> dict:
         """The mesh and its Tutte start (``{"mesh", "uv0"}``), see :meth:`warp_meshad.app.App.prepare`."""
-        prepared = super().prepare(config)
-        prepared["uv0"] = _start(prepared["mesh"], cls._checked_config(config))
+        prepared = super()._prepare_checked(config)
+        prepared["uv0"] = _start(prepared["mesh"], config)
         return prepared
 
     def __init__(self, config: ParamConfig, prepared: dict | None = None):

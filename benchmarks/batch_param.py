@@ -97,9 +97,9 @@ class _Phases:
     def _add(self, key, value):
         self.sums[key] = self.sums.get(key, 0.0) + value
 
-    def _timed(self, owner, name, key, static=False):
+    def _timed(self, owner, name, key):
         original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-        fn = original.__func__ if isinstance(original, (classmethod, staticmethod)) else original
+        fn = original.__func__ if isinstance(original, classmethod) else original
 
         def wrapper(*a, **kw):
             t0 = time.perf_counter()

@@ -132,9 +132,14 @@ class App:
         Raises:
             ConfigError: as :meth:`load_mesh`.
         """
+        return cls._prepare_checked(cls._checked_config(config))
+
+    @classmethod
+    def _prepare_checked(cls, config: AppConfig) -> dict:
+        """:meth:`prepare` of a checked config (apps extend this one)."""
         if cls.load_mesh is not App.load_mesh:
             return {}
-        return {"mesh": _read_mesh(cls._checked_config(config))}
+        return {"mesh": _read_mesh(config)}
 
     # -- building blocks ---------------------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from warp_meshad._src.app.config import AppConfig
 
@@ -61,10 +62,8 @@ class Prefetch:
             return None
         try:
             return future.result()
-        except (OSError, RuntimeError) as exc:  # BrokenProcessPool (a RuntimeError) or a lost pipe: build here
-            if type(exc).__name__ == "BrokenProcessPool" or isinstance(exc, OSError):
-                return None
-            raise
+        except (BrokenProcessPool, OSError):  # a pool process died, or a lost pipe: build here
+            return None
 
     def close(self) -> None:
         if self._pool is not None:
