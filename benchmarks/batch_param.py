@@ -225,7 +225,8 @@ def main(argv=None) -> int:
     parser.add_argument("--meshes", required=True, help="a folder of patches (benchmarks/make_dataset.py)")
     parser.add_argument("--device", default=None, help="cpu or cuda:0 (default: the first CUDA device, else cpu)")
     parser.add_argument("--count", type=int, default=None, help="use the first N meshes")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[200, 50])
+    parser.add_argument("--batch-sizes", type=int, nargs="*", default=[200, 50],
+                        help="batch sizes of the batched runs (none: only the reference and the Ray runs)")
     parser.add_argument("--ray-workers", type=int, nargs="*", default=[], help="run_batch on Ray with these counts")
     parser.add_argument("--no-runner", action="store_true", help="skip the run_batch (outputs written) methods")
     parser.add_argument("--runner-batch-size", type=int, default=50)

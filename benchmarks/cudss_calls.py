@@ -148,11 +148,89 @@ def reorderings(name, problem, x0, device, variants=ANALYSIS_VARIANTS) -> dict:
     return rec
 
 
+def block_nested_dissection(A) -> np.ndarray:
+    """METIS nested dissection (pymetis) of a square BSR matrix's block graph, expanded to its scalar rows (each
+    block's rows together): entry ``i`` is the row placed at position ``i``."""
+    import pymetis
+
+    nrow, bs = A.nrow, A.block_shape[0]
+    offsets = A.offsets.numpy()[: nrow + 1].astype(np.int64)
+    columns = A.columns.numpy()[: offsets[-1]].astype(np.int64)
+    rows = np.repeat(np.arange(nrow, dtype=np.int64), np.diff(offsets))
+    off = rows != columns  # METIS: no self loops, each edge both ways
+    key = np.unique(np.concatenate([rows[off] * nrow + columns[off], columns[off] * nrow + rows[off]]))
+    a, b = key // nrow, key % nrow
+    xadj = np.zeros(nrow + 1, dtype=np.int32)
+    np.cumsum(np.bincount(a, minlength=nrow), out=xadj[1:])
+    perm, _ = pymetis.nested_dissection(pymetis.CSRAdjacency(xadj, b.astype(np.int32)))
+    return (np.asarray(perm, dtype=np.int64)[:, None] * bs + np.arange(bs)).reshape(-1).astype(np.int32)
+
+
+def orderings(name, problem, x0, device) -> dict:
+    """Where the analysis's ordering comes from (``CudssSolver(permutation=...)``), on the projected Hessian at
+    ``x0``: cuDSS's own (LU, a second solver planned after it, 8 host threads, Cholesky with and without matching),
+    cuDSS's ordering handed back to a new solver (what an on-disk cache of orderings would give) and its inverse (the
+    convention check), METIS on the block graph (pymetis), and the natural order (cuDSS honours a user ordering:
+    its factors grow). Per variant: the first solve's wall ms and analysis ms (CSR build + ordering + plan), the
+    ordering's host ms, the median factorization and solve ms of 10 more solves, the factors' non-zeros and the
+    relative residual. The big systems skip the inverse and natural orders (minutes of fill)."""
+    from warp_meshad._src.solve import linear
+
+    _, g, H = problem.eval_with_hessian_proj(x0)
+    b, x = wp.clone(g), wp.zeros_like(g)
+    rec = {"system": name, "unknowns": problem.variable_count * problem.variable_dim, "orderings": {}}
+    bn = float(np.linalg.norm(b.numpy()))
+    kept = {}
+
+    def run(label, ordering_ms=0.0, **options):
+        try:
+            ls = linear.CudssSolver(**options)
+            t0 = time.perf_counter()
+            first = ls.solve(H, b, x)
+            first_ms = (time.perf_counter() - t0) * 1e3
+            infos = [ls.solve(H, b, x) for _ in range(10)]
+            out = {"first_solve_ms": first_ms, "analysis_ms": first.analysis_ms, "ordering_ms": ordering_ms,
+                   "factor_ms": statistics.median(i.factor_ms for i in infos),
+                   "solve_ms": statistics.median(i.solve_ms for i in infos),
+                   "relative_residual": infos[-1].residual_norm / bn, "matrix_type": ls.active_matrix_type}
+            try:
+                out["lu_nnz"] = int(ls._solver.factorization_info.lu_nnz)
+            except Exception as exc:
+                out["lu_nnz"] = f"{type(exc).__name__}: {exc}"[:120]
+            if label == "default":
+                kept["perm"] = np.array(ls._solver.plan_info.row_permutation, dtype=np.int32, copy=True)
+            rec["orderings"][label] = out
+        except Exception as exc:
+            rec["orderings"][label] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        print(label, json.dumps(rec["orderings"][label], default=float)[:300], flush=True)
+
+    small = rec["unknowns"] <= 100_000
+    run("default")
+    run("default_again")  # the same analysis once cuDSS is initialised in the process
+    run("host_threads_8", host_threads=8)
+    run("spd_or_general", matrix_type="spd_or_general")
+    run("spd_no_matching", matrix_type="spd_or_general", use_matching=False)
+    if "perm" in kept:
+        run("cudss_perm_handed_back", permutation=kept["perm"])
+        if small:
+            run("cudss_perm_inverse", permutation=np.argsort(kept["perm"]).astype(np.int32))
+    if small:
+        run("natural_order", permutation=np.arange(rec["unknowns"], dtype=np.int32))
+    try:
+        t0 = time.perf_counter()
+        perm = block_nested_dissection(H)
+        run("metis", ordering_ms=(time.perf_counter() - t0) * 1e3, permutation=perm)
+    except ImportError as exc:
+        rec["orderings"]["metis"] = {"error": f"{exc}"}
+    return rec
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--patches", default=None, help="folder of the 200-patch dataset (the batch system)")
     ap.add_argument("--batch", type=int, default=50)
     ap.add_argument("--reorderings-only", action="store_true", help="only the reordering algorithms' times")
+    ap.add_argument("--orderings", action="store_true", help="only the orderings' sources (METIS, cache, cuDSS)")
     args = ap.parse_args(argv)
     wp.config.quiet = True
     from warp_meshad.app import app_class, load_config
@@ -160,7 +238,11 @@ def main(argv=None) -> int:
     device = wp.get_device("cuda:0")
     flags = {"--device": {"device": "cuda:0"}}
     a = app_class("param")(load_config("param/armadillo", flags=flags))
-    if args.reorderings_only:
+    if args.orderings:
+        print(json.dumps(orderings("param/armadillo", a.problem, a.uv, device), default=float), flush=True)
+        e = app_class("elastic")(load_config("elastic/bunny", flags=flags))
+        print(json.dumps(orderings("elastic/bunny", e.problem, e.x, device), default=float), flush=True)
+    elif args.reorderings_only:
         print(json.dumps(reorderings("param/armadillo", a.problem, a.uv, device), default=float), flush=True)
     else:
         print(json.dumps(probe("param/armadillo", a.problem, a.uv, device), default=float), flush=True)
@@ -175,8 +257,12 @@ def main(argv=None) -> int:
                 for m in meshes]
         batch = ProblemBatch([p.problem for p in apps])
         x0 = batch.join([p.uv for p in apps])
-        fn = reorderings if args.reorderings_only else probe
-        print(json.dumps(fn(f"param batch of {len(apps)}", batch.problem, x0, device), default=float), flush=True)
+        label = f"param batch of {len(apps)}"
+        if args.orderings:
+            rec = orderings(label, batch.problem, x0, device)
+        else:
+            rec = (reorderings if args.reorderings_only else probe)(label, batch.problem, x0, device)
+        print(json.dumps(rec, default=float), flush=True)
     return 0
 
 

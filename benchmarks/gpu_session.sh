@@ -140,19 +140,19 @@ case "$stage" in
     done
     ;;
   apps_loops)
-    # issue 19 item 2: elastic/bunny from an empty kernel cache (its own), then each app scene with the host loop,
-    # the device loop and the captured device loop (warm: the host-loop run before fills the cache); per run the
-    # solve time, the solver's phases, the compile time, iterations and E (metrics.json)
+    # issue 19 item 2: elastic/bunny from an empty kernel cache (its own; COLD=0 skips it), then each app scene
+    # (SCENES) with the host loop, the device loop and the captured device loop (LOOPS; warm: the host-loop run
+    # before fills the cache); per run the solve time, the solver's phases, the compile time, iterations and E
     summary() {  # metrics.json -> one line
       python3 -c "import json,sys; m=json.load(open(sys.argv[1])); t=m['time_ms']; print(*sys.argv[2:], 'solve_s', m.get('solve_seconds'), 'run_ms', round(t.get('run',0)), 'setup_ms', round(t.get('setup',0)), 'compile_ms', round(t.get('compile',0)), 'deriv_ms', round(t.get('solver_derivatives',0)), 'linear_ms', round(t.get('solver_linear_solve',0)), 'ls_ms', round(t.get('solver_line_search',0)), 'iterations', m['iterations'], 'E', m['final_energy'], 'E/A', m.get('energy_per_area'))" "$@" 2>&1 | tee -a "$OUTDIR/apps_loops.txt"
     }
     start=$(date +%s.%N)
-    WARP_CACHE_PATH=/tmp/coldcache WARP_MESHAD_CACHE_PATH=/tmp/coldcache/gen timeout 300 python3 -m warp_meshad run \
+    [ "${COLD:-1}" = 0 ] || WARP_CACHE_PATH=/tmp/coldcache WARP_MESHAD_CACHE_PATH=/tmp/coldcache/gen timeout 300 python3 -m warp_meshad run \
       elastic/bunny --device cuda:0 --headless --quiet --output /tmp/apps/cold_elastic > "$OUTDIR/cold_elastic.log" 2>&1
-    echo "elastic/bunny from an empty cache: rc $? wall_s $(python3 -c "import time; print(round(time.time() - $start, 2))")" | tee -a "$OUTDIR/apps_loops.txt"
-    summary /tmp/apps/cold_elastic/metrics.json elastic/bunny cold_cache
+    [ "${COLD:-1}" = 0 ] || echo "elastic/bunny from an empty cache: rc $? wall_s $(python3 -c "import time; print(round(time.time() - $start, 2))")" | tee -a "$OUTDIR/apps_loops.txt"
+    [ "${COLD:-1}" = 0 ] || summary /tmp/apps/cold_elastic/metrics.json elastic/bunny cold_cache
     for scene in ${SCENES:-param/armadillo param/bunny_cut elastic/bunny}; do
-      for loop in false false true capture capture; do
+      for loop in ${LOOPS:-false false true capture capture}; do
         out="/tmp/apps/${scene//\//_}_$loop"
         timeout "${APP_S:-150}" python3 -m warp_meshad run "$scene" --device cuda:0 --headless --quiet --output "$out" \
           --set device_loop=$loop > "$OUTDIR/apps_${scene//\//_}_$loop.log" 2>&1 || tail -5 "$OUTDIR/apps_${scene//\//_}_$loop.log"

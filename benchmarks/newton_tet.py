@@ -15,9 +15,9 @@ clamped projection, Armijo) runs to a Newton decrement of ``--tolerance`` (1e-9)
 iterations at every size tried on the CPU (n = 6, 10, 16).
 
 Variants (one process, the same start and tolerance; ``--variants`` picks them): on CUDA ``cudss`` (LU, what
-``linear_solver="auto"`` picks), ``cudss_f32`` (``factor_dtype="float32"``: float32 factors refined in float64),
+``linear_solver="auto"`` picked before it took Cholesky for pinned projected systems), ``cudss_f32`` (``factor_dtype="float32"``: float32 factors refined in float64),
 ``cudss_reuse2`` and ``cudss_reuse3`` (``reuse_factorization=2, 3``: a factorization serves up to 2 or 3 Newton
-iterations, the later ones by PCG preconditioned with it), ``cudss_spd`` (Cholesky), and ``cudss_hybrid``
+iterations, the later ones by PCG preconditioned with it), ``cudss_spd`` (Cholesky: ``"auto"``'s ``spd_or_general`` here, the box being pinned), and ``cudss_hybrid``
 (``execution="hybrid"``, cuDSS's hybrid execute mode for small systems; only up to ``--hybrid-max-unknowns``).
 Also available: ``cudss_f32_reuse2``, ``cudss_reuse3_inexact`` (``refine_tol=1e-6``). On the CPU: ``qdldl``,
 ``qdldl_reuse2``, ``qdldl_reuse3``, ``scipy``, ``scipy_f32``. Variants that differ only in those refinement

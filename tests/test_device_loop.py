@@ -225,3 +225,32 @@ def test_captured_iteration_same_as_host_on_cuda(linear_solver):
         assert dev.reason == host.reason and abs(dev.iterations - host.iterations) <= 1
         np.testing.assert_allclose(dev.energies[-1], host.energies[-1], rtol=1e-9)
         np.testing.assert_allclose(dev.x.numpy(), host.x.numpy(), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.gpu
+def test_captured_second_run_replays_from_its_first_slot_same_as_host(monkeypatch):
+    """A time-stepping user calls ``solve`` again on the same solver: the second run replays the first run's graphs
+    from its first slot (no new capture) and still takes the host loop's iterates, from another start too."""
+    problem, F, uv, area = woody_problem("cuda:0")
+    kwargs = dict(max_iterations=30, tolerance=1e-6)
+    starts = [uv, uv + 0.01 * np.sin(7.0 * uv[:, ::-1])]
+    solver = NewtonSolver(problem, linear_solver="cudss", fixed=[0, 7], device_loop=DeviceLoop(capture=True))
+    captures = []
+    original = wp.ScopedCapture.__enter__
+
+    def counted(self):
+        captures.append(1)
+        return original(self)
+
+    monkeypatch.setattr(wp.ScopedCapture, "__enter__", counted)
+    for k, start in enumerate(starts):
+        x0 = wp.array(start, dtype=wp.vec2d, device="cuda:0")
+        dev = solver.solve(x0, **kwargs)
+        if k == 0:
+            first_captures = len(captures)
+            assert first_captures == 2  # the part before the solve and the part after it, once
+        host = NewtonSolver(problem, linear_solver="cudss", fixed=[0, 7]).solve(x0, **kwargs)
+        assert dev.reason == host.reason and abs(dev.iterations - host.iterations) <= 1
+        np.testing.assert_allclose(dev.energies[-1], host.energies[-1], rtol=1e-9)
+        np.testing.assert_allclose(dev.x.numpy(), host.x.numpy(), rtol=1e-6, atol=1e-8)
+    assert len(captures) == first_captures

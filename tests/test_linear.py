@@ -2,6 +2,7 @@
 the host back-ends copy a GPU system to the host); CuPy/cuDSS/CG on a CUDA device (marked gpu); what 'auto' picks
 and how it reports why it did not pick cuDSS."""
 
+import math
 import sys
 import warnings
 
@@ -608,6 +609,78 @@ def test_gpu_cudss_matrix_types(matrix_type):
     np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-7, atol=1e-8)
 
 
+def _indefinite_system(n, seed, device):
+    """A symmetric indefinite but invertible block system (3x3 blocks): the SPD test system with its first third of
+    rows and columns negated (a congruence: symmetric and invertible, with negative eigenvalues)."""
+    _, dense, b_np, b, x = spd_system(n=n, seed=seed, device=device)
+    d = np.ones(dense.shape[0])
+    d[: dense.shape[0] // 3] = -1.0
+    dense = dense * np.outer(d, d)
+    blocks = dense.reshape(n, 3, n, 3).transpose(0, 2, 1, 3)
+    rows, cols = np.nonzero(np.abs(blocks).sum(axis=(2, 3)))
+    A = wps.bsr_from_triplets(n, n, wp.array(rows.astype(np.int32), dtype=int, device=device),
+                              wp.array(cols.astype(np.int32), dtype=int, device=device),
+                              wp.array(blocks[rows, cols], dtype=wp.mat33d, device=device))
+    return A, dense, b_np, b, x
+
+
+@pytest.mark.gpu
+def test_gpu_cudss_spd_or_general_keeps_cholesky_on_spd_and_falls_back_to_lu_otherwise():
+    """``matrix_type="spd_or_general"``: an SPD sequence stays on Cholesky; an indefinite invertible matrix fails
+    Cholesky on its first factorization and is solved by LU (the right answer, then LU for good), in
+    :meth:`solve` and in :meth:`solve_deferred` alike."""
+    _require_backend("cudss")
+    from warp_meshad._src.solve.linear import CudssSolver
+
+    A, dense, b_np, b, x = spd_system(n=50, seed=21, device="cuda:0")
+    solver = CudssSolver(matrix_type="spd_or_general")
+    for factor in (1.0, 2.0):
+        _scale_values(A, factor)
+        solver.solve(A, b, x)
+    assert solver.active_matrix_type == "spd"
+    np.testing.assert_allclose(_flat(x), np.linalg.solve(2.0 * dense, b_np), rtol=1e-7, atol=1e-8)
+    for deferred in (False, True):
+        A, dense, b_np, b, x = _indefinite_system(50, 22, "cuda:0")
+        assert np.linalg.eigvalsh(dense).min() < 0.0
+        solver = CudssSolver(matrix_type="spd_or_general")
+        if deferred:
+            residual_sq = wp.zeros(1, dtype=wp.float64, device="cuda:0")
+            solver.solve_deferred(A, b, x, residual_sq)
+            assert math.isfinite(residual_sq.numpy()[0])
+        else:
+            solver.solve(A, b, x)
+        assert solver.active_matrix_type == "general"
+        np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-7, atol=1e-8)
+
+
+@pytest.mark.gpu
+def test_gpu_cudss_user_permutation_gives_the_same_solution():
+    """A user ordering (the reverse order, and cuDSS's own handed back) is used by the analysis and solves as well."""
+    _require_backend("cudss")
+    from warp_meshad._src.solve.linear import CudssSolver
+
+    A, dense, b_np, b, x = spd_system(n=40, seed=23, device="cuda:0")
+    plain = CudssSolver()
+    plain.solve(A, b, x)
+    own = np.array(plain._solver.plan_info.row_permutation, dtype=np.int32)
+    for perm in (np.arange(dense.shape[0])[::-1].copy(), own):
+        solver = CudssSolver(permutation=perm)
+        solver.solve(A, b, x)
+        np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-7, atol=1e-8)
+        np.testing.assert_array_equal(np.asarray(solver._solver.plan_info.row_permutation), perm)
+
+
+def test_cudss_permutation_option_is_checked():
+    from warp_meshad._src.solve.linear import CudssSolver
+
+    with pytest.raises(ValueError, match="1-D int array"):
+        CudssSolver(permutation=np.zeros((2, 2), dtype=np.int32))
+    with pytest.raises(ValueError, match="each of 0..2 once"):
+        CudssSolver(permutation=[0, 0, 2])
+    with pytest.raises(ValueError, match="matrix_type: expected one of"):
+        CudssSolver(matrix_type="cholesky")
+
+
 @pytest.mark.gpu
 def test_gpu_auto_picks_a_gpu_backend_and_says_why_not_cudss(monkeypatch):
     monkeypatch.setattr(linear, "_warned_auto", set())
@@ -727,4 +800,27 @@ def test_gpu_newton_with_cudss_options_reaches_the_same_minimum():
         assert abs(result.iterations - plain.iterations) <= 1, (key, result.iterations, plain.iterations)
         assert abs(result.energies[-1] - plain.energies[-1]) <= tol, key
         np.testing.assert_allclose(result.x.numpy(), plain.x.numpy(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("loop", [False, True])
+def test_gpu_newton_with_pins_factorizes_by_cholesky_and_reaches_lus_minimum(loop):
+    """Projected Newton with pinned variables and ``linear_solver="auto"`` gets cuDSS's ``spd_or_general``, stays on
+    Cholesky on the twisted box and reaches LU's minimum; without pins it keeps LU."""
+    _require_backend("cudss")
+    from warp_meshad._src.solve.linear import CudssSolver
+    from warp_meshad._src.solve.solvers import NewtonSolver
+
+    problem, x0, fixed = _twisted_box("cuda:0")
+    tol = 1e-9 * problem.eval(x0)
+    auto = NewtonSolver(problem, fixed=fixed, device_loop=loop)
+    assert auto.linear_solver.name == "cudss" and auto.linear_solver.matrix_type == "spd_or_general"
+    lu = NewtonSolver(problem, linear_solver=CudssSolver(), fixed=fixed, device_loop=loop)
+    got, ref = (s.solve(x0, max_iterations=30, tolerance=tol) for s in (auto, lu))
+    assert got.converged and ref.converged and got.steepest_descent_fallbacks == 0
+    assert auto.linear_solver.active_matrix_type == "spd"
+    assert abs(got.iterations - ref.iterations) <= 1
+    assert abs(got.energies[-1] - ref.energies[-1]) <= tol
+    np.testing.assert_allclose(got.x.numpy(), ref.x.numpy(), rtol=0, atol=1e-6)
+    assert NewtonSolver(problem).linear_solver.matrix_type == "general"
 

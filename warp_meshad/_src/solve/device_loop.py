@@ -20,9 +20,10 @@ and write one float64 ``state`` array and a per-iteration ``history`` table, bot
 - phase timers record CUDA events (:class:`~warp_meshad._src.solve.phase_timer.PhaseTimer`), read at the end;
 - ``capture=True`` (CUDA only) replays the slot as CUDA graphs (``wp.ScopedCapture`` / ``wp.capture_launch``): the
   part before the linear solve and the part after it; the linear solve runs between them, outside the graphs
-  (nvmath's DirectSolver calls are not known to be capturable). The first slot runs uncaptured (kernel loading,
-  cuDSS analysis), and so does the last one of ``max_iterations`` (gradient only, as the host loop). Capture is
-  refused with a ``before_derivatives`` hook (host code).
+  (nvmath's DirectSolver calls are not known to be capturable). The first slot of the first run runs uncaptured (kernel
+  loading, cuDSS analysis); a later run of the same solver (a time step) replays the graphs from its first slot on.
+  The last slot of ``max_iterations`` runs uncaptured (gradient only, as the host loop). Capture is refused with a
+  ``before_derivatives`` hook (host code).
 
 The iterates are the host loop's to round-off (the same kernels, the same float64 decisions); tested in
 tests/test_device_loop.py. The hooks that need the host between device steps (``NewtonHooks.stop``,
@@ -198,8 +199,11 @@ class DeviceLoopRunner:
         self._derivatives(hessian_next, s)
         self.timer.lap("derivatives")
 
+    def _graph_key(self, s) -> tuple:
+        return (tuple((name, float(v)) for name, v in sorted(s.items())), id(self.record), id(self.H))
+
     def _captured_slot(self, infos: list, s) -> None:
-        key = (tuple((name, float(v)) for name, v in sorted(s.items())), id(self.record), id(self.H))
+        key = self._graph_key(s)
         if key not in self._graphs:
             self._graphs.clear()
             with wp.ScopedCapture(self.device, force_module_load=False) as before:
@@ -252,7 +256,8 @@ class DeviceLoopRunner:
             if slot == slots:
                 break
             hessian_next = after != max_iterations  # the host loop's gradient-only evaluation at the cap
-            if self.options.capture and infos and hessian_next:
+            # a run's first slot is captured only with the graphs of an earlier run (kernels loaded, same buffers)
+            if self.options.capture and hessian_next and (infos or self._graph_key(s) in self._graphs):
                 self._captured_slot(infos, s)
             else:
                 self._slot(infos, hessian_next, s)

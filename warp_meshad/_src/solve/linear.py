@@ -1052,6 +1052,18 @@ def _import_cupy():
     return cupy
 
 
+def _check_permutation_option(permutation) -> np.ndarray | None:
+    """``CudssSolver(permutation=...)``: None or a permutation (1-D ints, each of 0..n-1 once), as contiguous int32."""
+    if permutation is None:
+        return None
+    arr = np.asarray(permutation)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise ValueError(f"permutation: expected None or a 1-D int array, got dtype {arr.dtype} and shape {arr.shape}")
+    if not np.array_equal(np.sort(arr), np.arange(arr.shape[0])):
+        raise ValueError(f"permutation: expected each of 0..{arr.shape[0] - 1} once, got another set of {arr.shape[0]} ints")
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
 def _import_nvmath():
     try:
         import nvmath.sparse.advanced as nva
@@ -1219,8 +1231,15 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
     values in place (same device buffers, so the plan stays valid), refactorizes numerically and solves.
 
     Args:
-        matrix_type: ``"general"`` (LU, default), ``"symmetric"`` (LDLt) or ``"spd"`` (Cholesky; a projected Hessian
-            with a positive eigenvalue floor is SPD).
+        matrix_type: ``"general"`` (LU, default), ``"symmetric"`` (LDLt), ``"spd"`` (Cholesky) or
+            ``"spd_or_general"``: Cholesky until a factorization fails, then LU for good (:attr:`active_matrix_type`
+            says which). A failure is a non-zero cuDSS ``info`` after the first factorization of a plan, or a residual
+            that is not finite (checked at once after that first factorization even inside :meth:`solve_deferred`,
+            and on every :meth:`solve`); the failed solve is redone with LU, after a new analysis. Projected
+            Hessians with pinned variables (or a mass term) are SPD: on the 1M-tet box of ``newton_tet.py`` Cholesky
+            factorizes in 462 ms against LU's 889 ms (H200); without pins a projected Hessian keeps its rigid null
+            space (param), where Cholesky fails once and LU takes over. ``NewtonSolver`` asks for it when it
+            projects and pins.
         reordering: optional cuDSS reordering algorithm number (``plan_config.reordering_algorithm``: 0 default, 1,
             2, 3; see the cuDSS documentation).
         compute_residual: compute ``||b - A x||`` after each solve (one SpMV).
@@ -1242,15 +1261,20 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         host_threads: host threads of cuDSS's analysis (``plan_config.host_nthreads``; its reordering runs on the
             host, about 4 us per unknown on one thread of the H200 host; cuDSS needs its threading layer,
             ``CUDSS_THREADING_LIB``); None: cuDSS's default.
-        use_matching: cuDSS's matching step of the analysis (``plan_config.use_matching``); None: cuDSS's default.
-            Not needed for symmetric positive definite matrices.
+        use_matching: cuDSS's matching step of the analysis (``plan_config.matching_algorithm``: ``AUTO`` for
+            True, ``NONE`` for False); None: cuDSS's default (no matching in cuDSS 0.8).
+        permutation: the fill-reducing ordering of the analysis, an int array of the scalar row count (entry ``i``
+            is the row placed at position ``i``, the convention of ``plan_info.row_permutation``), handed to cuDSS as
+            ``CUDSS_DATA_USER_PERM``; None: cuDSS computes it. Measured on the H200 (benchmarks/README.md, session
+            10), cuDSS 0.8 factorizes 5-15x slower with a user ordering, even its own handed back, since it then
+            lacks its partition tree: an option for orderings cuDSS cannot find, not for speed.
 
     With ``reuse_factorization > 1`` or ``factor_dtype="float32"`` a solve reads residual norms on the host (the PCG),
     so :meth:`solve_deferred` then synchronizes like :meth:`solve` (``defers_checks`` is False).
     """
 
     name = "cudss"
-    MATRIX_TYPES = ("general", "symmetric", "spd")
+    MATRIX_TYPES = ("general", "symmetric", "spd", "spd_or_general")
     EXECUTIONS = ("cuda", "hybrid")
 
     def __init__(
@@ -1266,8 +1290,9 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         execution: str = "cuda",
         host_threads: int | None = None,
         use_matching: bool | None = None,
+        permutation=None,
     ):
-        super().__init__(compute_residual)
+        permutation = _check_permutation_option(permutation)  # the options first: errors before imports
         if host_threads is not None and not (isinstance(host_threads, int) and host_threads >= 1):
             raise ValueError(f"host_threads: expected None or an int >= 1, got {host_threads!r}")
         if use_matching is not None and not isinstance(use_matching, bool):
@@ -1276,11 +1301,15 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             raise ValueError(f"matrix_type: expected one of {self.MATRIX_TYPES}, got {matrix_type!r}")
         if execution not in self.EXECUTIONS:
             raise ValueError(f"execution: expected one of {self.EXECUTIONS}, got {execution!r}")
+        super().__init__(compute_residual)
+        self.permutation = permutation
         self._solver = None
         self._solver32 = None
         self._init_reuse(reuse_factorization, factor_dtype, refine_tol, refine_maxiter, refine_budget)
         self._nva = _import_nvmath()
         self.matrix_type = matrix_type
+        self.active_matrix_type = "spd" if matrix_type == "spd_or_general" else matrix_type
+        self._check_spd = False  # the next factorization is a plan's first under spd_or_general: check it
         self.reordering = reordering
         self.execution = execution
         self.host_threads = host_threads
@@ -1333,7 +1362,7 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             "general": nva.DirectSolverMatrixType.GENERAL,
             "symmetric": nva.DirectSolverMatrixType.SYMMETRIC,
             "spd": nva.DirectSolverMatrixType.SPD,
-        }[self.matrix_type]
+        }[self.active_matrix_type]
         options = nva.DirectSolverOptions(sparse_system_type=mtype, logger=self._quiet)
         stream = wp.get_stream(device).cuda_stream
         extra = {} if self.execution == "cuda" else {"execution": self.execution}
@@ -1343,13 +1372,42 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
                 solver.plan_config.reordering_algorithm = int(self.reordering)
             if self.host_threads is not None:
                 solver.plan_config.host_nthreads = int(self.host_threads)
-            if self.use_matching is not None:
-                solver.plan_config.use_matching = bool(self.use_matching)
+            if self.use_matching is not None:  # nvmath 1.0: a matching algorithm, NONE for off
+                from nvmath.bindings import cudss
+
+                solver.plan_config.matching_algorithm = (cudss.MatchingAlg.AUTO if self.use_matching
+                                                         else cudss.MatchingAlg.NONE)
+            if self.permutation is not None:
+                perm = self.permutation
+                if perm.shape != (mat.shape[0],):
+                    raise ValueError(f"permutation: expected {mat.shape[0]} entries (the scalar rows), got {perm.shape[0]}")
+                from nvmath.bindings import cudss
+
+                cudss.data_set(solver.handle, solver.data_ptr, cudss.DataParam.USER_PERM, perm.ctypes.data, perm.nbytes)
             solver.plan(stream=stream)
         except BaseException:
             solver.free()
             raise
         return solver
+
+    def _first_cholesky_failed(self, A, b, x) -> bool:
+        """Under ``spd_or_general``, after a plan's first Cholesky factorization and solve: whether it failed (cuDSS's
+        info, then the residual, read on the host even inside :meth:`solve_deferred`)."""
+        if not self._check_spd:
+            return False
+        self._check_spd = False
+        if int(self._solver.factorization_info.info) != 0:
+            return True
+        return not math.isfinite(_residual_norm(A, b, x, wp.empty_like(b)))
+
+    def _to_lu(self) -> bool:
+        """Switch ``spd_or_general`` from Cholesky to LU for good (True), or say there is nothing to switch (False)."""
+        if self.matrix_type != "spd_or_general" or self.active_matrix_type != "spd":
+            return False
+        self.active_matrix_type = "general"
+        self.invalidate_pattern()
+        self._quiet.info("cudss: Cholesky failed (the matrix is not positive definite): LU from now on")
+        return True
 
     def _plain_solve(self, A, b, x):
         _check_system(A, b, x)
@@ -1367,6 +1425,7 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
                     self._pattern = _pattern_key(A)  # after nnz_sync() made A.nnz exact
                 if self._solver is None:
                     self._solver = self._direct_solver(self._mat, self._rhs, device)
+                    self._check_spd = self.matrix_type == "spd_or_general" and self.active_matrix_type == "spd"
                 analysis_ms = self._ms_since(t0, device)
 
                 t0 = time.perf_counter()
@@ -1384,8 +1443,12 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             except Exception as exc:
                 self.invalidate_pattern()
                 raise LinearSolveError(f"cudss: {type(exc).__name__}: {exc}") from exc
+        if self._first_cholesky_failed(A, b, x) and self._to_lu():
+            return self._plain_solve(A, b, x)
         residual = self._residual(A, b, x)
         if not math.isfinite(residual) and self.compute_residual and self._deferred is None:
+            if self._to_lu():
+                return self._plain_solve(A, b, x)
             raise LinearSolveError(f"cudss: residual is {residual} (singular matrix?)")
         self._factored = _pattern_key(A)
         return LinearSolveInfo(self.name, 1, residual, analysis_ms, factor_ms, solve_ms)

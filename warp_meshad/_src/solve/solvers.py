@@ -463,6 +463,9 @@ class NewtonSolver(_Driver):
         projection_eps: smallest eigenvalue kept by the projection.
         fixed: indices of variables that never move (sequence, numpy or wp.array of ints), or None.
         linear_solver_options: keyword options for :func:`~warp_meshad._src.solve.linear.make_linear_solver`.
+            With a back-end named ``"auto"`` or ``"cudss"``, ``project_hessian`` and pinned variables (``fixed``)
+            and no ``matrix_type`` given, cuDSS gets ``matrix_type="spd_or_general"``: Cholesky, which halves the
+            factorization of such SPD systems, with LU taking over if one fails.
         step_bound_fn: optional ``(x, d) -> float`` capping the line-search step (CCD).
         shrink, max_line_search_tries, armijo_c: Armijo settings (TinyAD defaults 0.8, 64, 1e-4).
         hooks: optional :class:`NewtonHooks` (contact pairs refreshed before the derivatives, the line search's trial
@@ -500,8 +503,12 @@ class NewtonSolver(_Driver):
         self.project_hessian = bool(project_hessian)
         self.projection = projection
         self.projection_eps = float(projection_eps)
+        options = dict(linear_solver_options or {})
+        if (self.project_hessian and self.fixed_indices is not None and len(self.fixed_indices) > 0
+                and isinstance(linear_solver, str) and linear_solver in ("auto", "cudss") and "matrix_type" not in options):
+            options["matrix_type"] = "spd_or_general"  # pinned + projected: SPD (Cholesky, LU if it fails)
         self.linear_solver = make_linear_solver(linear_solver, device=problem.device, dtype=_scalar_type(problem),
-                                                **(linear_solver_options or {}))
+                                                **options)
         self._H = None
         options = device_loop_options(device_loop, self)
         self._device_loop = None if options is None else DeviceLoopRunner(self, options)
