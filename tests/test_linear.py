@@ -610,12 +610,12 @@ def test_gpu_cudss_matrix_types(matrix_type):
 
 
 def _indefinite_system(n, seed, device):
-    """A symmetric indefinite but invertible block system (3x3 blocks): the SPD test system with its first third of
-    rows and columns negated (a congruence: symmetric and invertible, with negative eigenvalues)."""
+    """A symmetric indefinite but invertible block system (3x3 blocks): the SPD test system shifted by the midpoint of
+    two neighbouring eigenvalues a third up its spectrum (a third of the eigenvalues negative, none near zero)."""
     _, dense, b_np, b, x = spd_system(n=n, seed=seed, device=device)
-    d = np.ones(dense.shape[0])
-    d[: dense.shape[0] // 3] = -1.0
-    dense = dense * np.outer(d, d)
+    eig = np.linalg.eigvalsh(dense)
+    k = dense.shape[0] // 3
+    dense = dense - 0.5 * (eig[k - 1] + eig[k]) * np.eye(dense.shape[0])
     blocks = dense.reshape(n, 3, n, 3).transpose(0, 2, 1, 3)
     rows, cols = np.nonzero(np.abs(blocks).sum(axis=(2, 3)))
     A = wps.bsr_from_triplets(n, n, wp.array(rows.astype(np.int32), dtype=int, device=device),

@@ -1233,13 +1233,13 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
     Args:
         matrix_type: ``"general"`` (LU, default), ``"symmetric"`` (LDLt), ``"spd"`` (Cholesky) or
             ``"spd_or_general"``: Cholesky until a factorization fails, then LU for good (:attr:`active_matrix_type`
-            says which). A failure is a non-zero cuDSS ``info`` after the first factorization of a plan, or a residual
-            that is not finite (checked at once after that first factorization even inside :meth:`solve_deferred`,
-            and on every :meth:`solve`); the failed solve is redone with LU, after a new analysis. Projected
-            Hessians with pinned variables (or a mass term) are SPD: on the 1M-tet box of ``newton_tet.py`` Cholesky
-            factorizes in 462 ms against LU's 889 ms (H200); without pins a projected Hessian keeps its rigid null
-            space (param), where Cholesky fails once and LU takes over. ``NewtonSolver`` asks for it when it
-            projects and pins.
+            says which). A failure is, after the first factorization of a plan, a non-zero cuDSS ``info`` or a
+            residual above :attr:`SPD_CHECK_RTOL` times ``||b||`` (read on the host even inside
+            :meth:`solve_deferred`), and after any later one a residual that is not finite (:meth:`solve` only);
+            the failed solve is redone with LU, after a new analysis. Projected Hessians with pinned variables (or
+            a mass term) are SPD: on the 1M-tet box of ``newton_tet.py`` Cholesky factorizes in 462 ms against
+            LU's 889 ms (H200); without pins a projected Hessian keeps its rigid null space (param), where Cholesky
+            fails once and LU takes over. ``NewtonSolver`` asks for it when it projects and pins.
         reordering: optional cuDSS reordering algorithm number (``plan_config.reordering_algorithm``: 0 default, 1,
             2, 3; see the cuDSS documentation).
         compute_residual: compute ``||b - A x||`` after each solve (one SpMV).
@@ -1275,6 +1275,8 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
 
     name = "cudss"
     MATRIX_TYPES = ("general", "symmetric", "spd", "spd_or_general")
+    SPD_CHECK_RTOL = 1e-6
+    """``spd_or_general``: the first Cholesky solve of a plan must reach ``||b - A x|| <= SPD_CHECK_RTOL ||b||``."""
     EXECUTIONS = ("cuda", "hybrid")
 
     def __init__(
@@ -1398,7 +1400,11 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         self._check_spd = False
         if int(self._solver.factorization_info.info) != 0:
             return True
-        return not math.isfinite(_residual_norm(A, b, x, wp.empty_like(b)))
+        work = wp.empty_like(b)
+        residual = _residual_norm(A, b, x, work)
+        b_norm = norm(b)
+        # a failed Cholesky may give NaN or, with cuDSS's pivot perturbation, a finite wrong answer
+        return not (math.isfinite(residual) and residual <= self.SPD_CHECK_RTOL * b_norm)
 
     def _to_lu(self) -> bool:
         """Switch ``spd_or_general`` from Cholesky to LU for good (True), or say there is nothing to switch (False)."""
