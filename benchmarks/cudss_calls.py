@@ -8,6 +8,10 @@ the host loop's ``NewtonSolver`` for a few iterations and counts the cuDSS plans
 factorization) and CSR rebuilds made, then times ``CudssSolver.solve`` alone on the last Hessian (wall ms per call,
 its ``LinearSolveInfo`` split), the raw ``nvmath`` ``factorize`` + ``solve`` calls (wall, and GPU time between CUDA
 events), the same without the residual check, and hybrid execution. Prints one JSON line per system.
+
+    python -m benchmarks.cudss_calls --reorderings-only    # analysis variants (reordering algorithm, Cholesky, ...)
+    python -m benchmarks.cudss_calls --orderings           # user orderings: cuDSS's own handed back, METIS, natural
+    python -m benchmarks.cudss_calls --patches /tmp/patches --threads 4 8   # analyses of 50 meshes in threads
 """
 
 from __future__ import annotations
@@ -225,18 +229,73 @@ def orderings(name, problem, x0, device) -> dict:
     return rec
 
 
+def analyses_in_threads(apps, device, workers=(1, 4, 8)) -> dict:
+    """Whether cuDSS's analyses (host reordering) of several meshes run in parallel in threads of one process: each
+    mesh's projected Hessian at its start is solved by a new ``CudssSolver`` (CSR build, analysis, factorization,
+    solve), in the order of ``workers``: 1 is one after the other, n > 1 a thread pool of n
+    (nvmath's binding releases the GIL around cuDSS's calls). Per pool size: the wall s for all meshes, the sum of
+    the analyses' ms, and the largest relative difference of the solutions from the one-after-the-other run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from warp_meshad._src.solve import linear
+
+    systems = []
+    for a in apps:
+        _, g, H = a.problem.eval_with_hessian_proj(a.uv)
+        systems.append((H, wp.clone(g)))
+    wp.synchronize_device(device)
+
+    def first_solve(system):
+        H, b = system
+        x = wp.zeros_like(b)
+        info = linear.CudssSolver().solve(H, b, x)
+        return info.analysis_ms, x.numpy()
+
+    rec = {"meshes": len(apps), "unknowns": int(sum(a.problem.variable_count * 2 for a in apps)), "pools": {}}
+    reference = None
+    for k, n in enumerate(workers):
+        t0 = time.perf_counter()
+        if n == 1:
+            out = [first_solve(sy) for sy in systems]
+        else:
+            with ThreadPoolExecutor(n) as pool:
+                out = list(pool.map(first_solve, systems))
+        wp.synchronize_device(device)
+        wall = time.perf_counter() - t0
+        xs = [x for _, x in out]
+        if reference is None:
+            reference = xs
+        diff = max(float(np.abs(x - r).max() / max(np.abs(r).max(), 1e-300)) for x, r in zip(xs, reference))
+        key = f"{k}: {n} thread" + ("s" if n > 1 else "")
+        rec["pools"][key] = {"wall_s": wall, "analysis_ms_sum": float(sum(ms for ms, _ in out)),
+                             "max_rel_diff_vs_serial": diff}
+        print(f"{key}: {json.dumps(rec['pools'][key])}", flush=True)
+    return rec
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--patches", default=None, help="folder of the 200-patch dataset (the batch system)")
     ap.add_argument("--batch", type=int, default=50)
     ap.add_argument("--reorderings-only", action="store_true", help="only the reordering algorithms' times")
-    ap.add_argument("--orderings", action="store_true", help="only the orderings' sources (METIS, cache, cuDSS)")
+    ap.add_argument("--orderings", action="store_true", help="only the orderings' sources (METIS, cuDSS's own, natural)")
+    ap.add_argument("--threads", type=int, nargs="*", default=None,
+                    help="only the analyses of --patches meshes one after the other and in thread pools of these sizes")
     args = ap.parse_args(argv)
     wp.config.quiet = True
     from warp_meshad.app import app_class, load_config
 
     device = wp.get_device("cuda:0")
     flags = {"--device": {"device": "cuda:0"}}
+    if args.threads is not None:
+        if not args.patches:
+            ap.error("--threads needs --patches")
+        meshes = sorted(pathlib.Path(args.patches).glob("*.obj"))[: args.batch]
+        apps = [app_class("param")(load_config("param/patches", flags=flags, overrides={"mesh": str(m)}))
+                for m in meshes]
+        rec = analyses_in_threads(apps, device, [1] + [n for n in args.threads if n > 1] + [1])  # serial again: drift
+        print(json.dumps(rec, default=float), flush=True)
+        return 0
     a = app_class("param")(load_config("param/armadillo", flags=flags))
     if args.orderings:
         print(json.dumps(orderings("param/armadillo", a.problem, a.uv, device), default=float), flush=True)
