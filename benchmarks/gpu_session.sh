@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the lent GPU host (see README "GPU runs"): unpack the carried Warp/cuDSS bundle once, then
 # run one stage: `tests`, `pile` (spot_pile, resumable), `bench` (mass-spring), `cache`, `bench19`, `bench20`, `apps19`,
-# `apps_loops`, `newton_tet`, `pack <stage> ...` (one archive of the stage's files), or any command after `--`.
+# `apps_loops`, `analyses`, `newton_tet`, `pack <stage> ...` (one archive of the stage's files), or any command after `--`.
 set -u
 cd "$(dirname "$0")/.."
 # kernels compiled before: carried as .gpu/warpcache.tar.xz (or copied to /tmp/gpu/ by an earlier call), from this
@@ -166,6 +166,13 @@ case "$stage" in
     OUT=/tmp/pack_out bash "$0" "$@"
     echo "stage rc $?"
     tar -czf "$OUTDIR/pack.tgz" -C /tmp pack_out && ls -la "$OUTDIR/pack.tgz"
+    ;;
+  analyses)
+    # issue 20: cuDSS's analyses of 50 patches one after the other and in thread pools (a planner pool's premise)
+    [ -d /tmp/patches ] || python3 benchmarks/make_dataset.py --out /tmp/patches --jobs 14 > "$OUTDIR/make_dataset.log" 2>&1
+    timeout "${ANALYSES_S:-300}" python3 -m benchmarks.cudss_calls --patches /tmp/patches --threads ${THREADS:-4 8 16} \
+      > "$OUTDIR/analyses.log" 2>&1
+    echo "analyses rc $?"; grep -v "^Module\|^Warp\|^   " "$OUTDIR/analyses.log" | tail -8 | cut -c1-400
     ;;
   newton_tet)
     # issue 19 item 3: the 1M-tet statics with cuDSS's options (session 9's log was lost to the 8-file limit)
