@@ -1415,6 +1415,12 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         self._quiet.info("cudss: Cholesky failed (the matrix is not positive definite): LU from now on")
         return True
 
+    def _redone_by_lu(self, A, b, x, failed_ms: float) -> LinearSolveInfo:
+        """The solve again with LU after a failed Cholesky, whose time counts as analysis."""
+        info = self._plain_solve(A, b, x)
+        info.analysis_ms += failed_ms
+        return info
+
     def _plain_solve(self, A, b, x):
         _check_system(A, b, x)
         _require_cuda(A, self.name)
@@ -1450,11 +1456,11 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
                 self.invalidate_pattern()
                 raise LinearSolveError(f"cudss: {type(exc).__name__}: {exc}") from exc
         if self._first_cholesky_failed(A, b, x) and self._to_lu():
-            return self._plain_solve(A, b, x)
+            return self._redone_by_lu(A, b, x, analysis_ms + factor_ms + solve_ms)
         residual = self._residual(A, b, x)
         if not math.isfinite(residual) and self.compute_residual and self._deferred is None:
             if self._to_lu():
-                return self._plain_solve(A, b, x)
+                return self._redone_by_lu(A, b, x, analysis_ms + factor_ms + solve_ms)
             raise LinearSolveError(f"cudss: residual is {residual} (singular matrix?)")
         self._factored = _pattern_key(A)
         return LinearSolveInfo(self.name, 1, residual, analysis_ms, factor_ms, solve_ms)
