@@ -232,7 +232,8 @@ def orderings(name, problem, x0, device) -> dict:
 def analyses_in_threads(apps, device, workers=(1, 4, 8)) -> dict:
     """Whether cuDSS's analyses (host reordering) of several meshes run in parallel in threads of one process: each
     mesh's projected Hessian at its start is solved by a new ``CudssSolver`` (CSR build, analysis, factorization,
-    solve), in the order of ``workers``: 1 is one after the other, n > 1 a thread pool of n
+    solve), in the order of ``workers``: 1 is one after the other, 0 the same with one shared cuDSS handle, n > 1 a
+    thread pool of n (crashed the process on the H200 with 4)
     (nvmath's binding releases the GIL around cuDSS's calls). Per pool size: the wall s for all meshes, the sum of
     the analyses' ms, and the largest relative difference of the solutions from the one-after-the-other run."""
     from concurrent.futures import ThreadPoolExecutor
@@ -245,17 +246,25 @@ def analyses_in_threads(apps, device, workers=(1, 4, 8)) -> dict:
         systems.append((H, wp.clone(g)))
     wp.synchronize_device(device)
 
-    def first_solve(system):
+    shared = {}
+
+    def first_solve(system, handle=None):
         H, b = system
         x = wp.zeros_like(b)
-        info = linear.CudssSolver().solve(H, b, x)
+        info = linear.CudssSolver(handle=handle).solve(H, b, x)
         return info.analysis_ms, x.numpy()
 
     rec = {"meshes": len(apps), "unknowns": int(sum(a.problem.variable_count * 2 for a in apps)), "pools": {}}
     reference = None
     for k, n in enumerate(workers):
         t0 = time.perf_counter()
-        if n == 1:
+        if n == 0:  # one after the other, every plan on one shared cuDSS handle
+            if "handle" not in shared:
+                from nvmath.bindings import cudss
+
+                shared["handle"] = cudss.create()
+            out = [first_solve(sy, shared["handle"]) for sy in systems]
+        elif n == 1:
             out = [first_solve(sy) for sy in systems]
         else:
             with ThreadPoolExecutor(n) as pool:
@@ -266,7 +275,7 @@ def analyses_in_threads(apps, device, workers=(1, 4, 8)) -> dict:
         if reference is None:
             reference = xs
         diff = max(float(np.abs(x - r).max() / max(np.abs(r).max(), 1e-300)) for x, r in zip(xs, reference))
-        key = f"{k}: {n} thread" + ("s" if n > 1 else "")
+        key = f"{k}: " + ("1 thread, one shared handle" if n == 0 else f"{n} thread" + ("s" if n > 1 else ""))
         rec["pools"][key] = {"wall_s": wall, "analysis_ms_sum": float(sum(ms for ms, _ in out)),
                              "max_rel_diff_vs_serial": diff}
         print(f"{key}: {json.dumps(rec['pools'][key])}", flush=True)
@@ -293,7 +302,8 @@ def main(argv=None) -> int:
         meshes = sorted(pathlib.Path(args.patches).glob("*.obj"))[: args.batch]
         apps = [app_class("param")(load_config("param/patches", flags=flags, overrides={"mesh": str(m)}))
                 for m in meshes]
-        rec = analyses_in_threads(apps, device, [1] + [n for n in args.threads if n > 1] + [1])  # serial again: drift
+        # serial, serial with one handle, serial again (drift), then the pools (last: they crashed once)
+        rec = analyses_in_threads(apps, device, [1, 0, 1] + [n for n in args.threads if n > 1])
         print(json.dumps(rec, default=float), flush=True)
         return 0
     a = app_class("param")(load_config("param/armadillo", flags=flags))

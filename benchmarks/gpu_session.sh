@@ -168,7 +168,8 @@ case "$stage" in
     tar -czf "$OUTDIR/pack.tgz" -C /tmp pack_out && ls -la "$OUTDIR/pack.tgz"
     ;;
   analyses)
-    # issue 20: cuDSS's analyses of 50 patches one after the other and in thread pools (a planner pool's premise)
+    # issue 20: cuDSS's analyses of 50 patches one after the other, on one shared handle, then in thread pools (4
+    # threads crashed the process in session 10: the pools run last)
     [ -d /tmp/patches ] || python3 benchmarks/make_dataset.py --out /tmp/patches --jobs 14 > "$OUTDIR/make_dataset.log" 2>&1
     timeout "${ANALYSES_S:-300}" python3 -m benchmarks.cudss_calls --patches /tmp/patches --threads ${THREADS:-4 8 16} \
       > "$OUTDIR/analyses.log" 2>&1

@@ -679,6 +679,10 @@ def test_cudss_permutation_option_is_checked():
         CudssSolver(permutation=[0, 0, 2])
     with pytest.raises(ValueError, match="matrix_type: expected one of"):
         CudssSolver(matrix_type="cholesky")
+    with pytest.raises(ValueError, match="handle: expected None or a cuDSS handle"):
+        CudssSolver(handle="0x1")
+    with pytest.raises(ValueError, match="handle: expected None with factor_dtype='float32'"):
+        CudssSolver(handle=1, factor_dtype="float32")
 
 
 @pytest.mark.gpu

@@ -1269,6 +1269,15 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             ``CUDSS_DATA_USER_PERM``; None: cuDSS computes it. Measured on the H200 (benchmarks/README.md, session
             10), cuDSS 0.8 factorizes 5-15x slower with a user ordering, even its own handed back, since it then
             lacks its partition tree: an option for orderings cuDSS cannot find, not for speed.
+        handle: an existing cuDSS library handle (``nvmath.bindings.cudss.create()``, an int) for the plans of this
+            solver, which then neither creates nor destroys one; None: each plan makes its own. cuDSS requires one
+            handle per value type (float32 and float64 systems must not share one), and a plan of a small system
+            costs about 90 ms on the H200, against 1.2 s for 50 patches analysed as one matrix: whether sharing a
+            handle removes that fixed cost is not yet measured (``cudss_calls.py --threads``).
+
+    Not for concurrent use: planning several solvers at once from a thread pool (one solver per thread) crashed the
+    process on the H200 (segmentation fault; ``cudss_calls.py --threads 4``). A solver may move between threads
+    (``PyTorch``'s autograd thread, a Ray task), one call at a time.
 
     With ``reuse_factorization > 1`` or ``factor_dtype="float32"`` a solve reads residual norms on the host (the PCG),
     so :meth:`solve_deferred` then synchronizes like :meth:`solve` (``defers_checks`` is False).
@@ -1294,8 +1303,14 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         host_threads: int | None = None,
         use_matching: bool | None = None,
         permutation=None,
+        handle: int | None = None,
     ):
         permutation = _check_permutation_option(permutation)  # the options first: errors before imports
+        if handle is not None and (isinstance(handle, bool) or not isinstance(handle, (int, np.integer))):
+            raise ValueError(f"handle: expected None or a cuDSS handle (an int), got {type(handle).__name__}")
+        if handle is not None and factor_dtype != "float64":
+            raise ValueError(f"handle: expected None with factor_dtype={factor_dtype!r} (its float32 plan would share "
+                             "the float64 plan's handle, which cuDSS does not allow)")
         if host_threads is not None and not (isinstance(host_threads, int) and host_threads >= 1):
             raise ValueError(f"host_threads: expected None or an int >= 1, got {host_threads!r}")
         if use_matching is not None and not isinstance(use_matching, bool):
@@ -1306,6 +1321,7 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             raise ValueError(f"execution: expected one of {self.EXECUTIONS}, got {execution!r}")
         super().__init__(compute_residual)
         self.permutation = permutation
+        self.handle = None if handle is None else int(handle)
         self._solver = None
         self._solver32 = None
         self._init_reuse(reuse_factorization, factor_dtype, refine_tol, refine_maxiter, refine_budget)
@@ -1366,7 +1382,7 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             "symmetric": nva.DirectSolverMatrixType.SYMMETRIC,
             "spd": nva.DirectSolverMatrixType.SPD,
         }[self.active_matrix_type]
-        options = nva.DirectSolverOptions(sparse_system_type=mtype, logger=self._quiet)
+        options = nva.DirectSolverOptions(sparse_system_type=mtype, logger=self._quiet, handle=self.handle)
         stream = wp.get_stream(device).cuda_stream
         extra = {} if self.execution == "cuda" else {"execution": self.execution}
         solver = nva.DirectSolver(mat, rhs, options=options, stream=stream, **extra)
