@@ -476,8 +476,9 @@ class NewtonSolver(_Driver):
             iteration (none with ``poll=False``), CUDA-event phase timers and, with ``capture=True`` on a GPU, the
             iteration replayed as CUDA graphs (see :mod:`warp_meshad._src.solve.device_loop`). Same iterates as the
             host loop to round-off. Refused with ``hooks.stop``, ``hooks.line_search_energy`` or ``step_bound_fn``
-            (host code inside the iteration). The default stays the host loop until the device loop is measured on
-            the H200 (benchmarks/solver_loop.py).
+            (host code inside the iteration). The default stays the host loop: on the H200 the captured loop took
+            the apps 0-25 % less time (param/armadillo 0.51-0.56 s against 0.55-0.57 s, elastic/bunny 0.55-0.62 s
+            against 0.68-0.73 s; benchmarks/README.md, session 10), cuDSS being most of an iteration.
     """
 
     uses_newton_decrement = True
