@@ -128,25 +128,43 @@ ANALYSIS_VARIANTS = {  # CudssSolver options that may shorten the analysis (reor
 }
 
 
+def _projected_system(problem, x0):
+    """(H, b, x, ||b||): the projected Hessian at ``x0``, its gradient as right-hand side, a zero solution buffer."""
+    _, g, H = problem.eval_with_hessian_proj(x0)
+    b = wp.clone(g)
+    return H, b, wp.zeros_like(g), float(np.linalg.norm(b.numpy()))
+
+
+def _time_variant(H, b, x, b_norm, **options) -> tuple[dict, object]:
+    """A new ``CudssSolver(**options)`` on ``H x = b``: its first solve (wall ms and ``analysis_ms``), then the median
+    factorization and solve ms of 10 more, the relative residual and the factors' non-zeros; and the solver."""
+    from warp_meshad._src.solve import linear
+
+    ls = linear.CudssSolver(**options)
+    t0 = time.perf_counter()
+    first = ls.solve(H, b, x)
+    first_ms = (time.perf_counter() - t0) * 1e3
+    infos = [ls.solve(H, b, x) for _ in range(10)]
+    out = {"first_solve_ms": first_ms, "analysis_ms": first.analysis_ms,
+           "factor_ms": statistics.median(i.factor_ms for i in infos),
+           "solve_ms": statistics.median(i.solve_ms for i in infos),
+           "relative_residual": infos[-1].residual_norm / b_norm, "matrix_type": ls.active_matrix_type}
+    try:
+        out["lu_nnz"] = int(ls._solver.factorization_info.lu_nnz)
+    except Exception as exc:
+        out["lu_nnz"] = f"{type(exc).__name__}: {exc}"[:120]
+    return out, ls
+
+
 def reorderings(name, problem, x0, device, variants=ANALYSIS_VARIANTS) -> dict:
     """Per ``CudssSolver`` option set of ``variants`` (reordering algorithm, matrix type, matching, host threads):
     the analysis of the projected Hessian at ``x0`` (first solve's ``analysis_ms``, timed synchronized), then the
-    median factorization and solve of 10 more solves, and the relative residual."""
-    from warp_meshad._src.solve import linear
-
-    _, g, H = problem.eval_with_hessian_proj(x0)
-    b, x = wp.clone(g), wp.zeros_like(g)
+    median factorization and solve of 10 more solves, and the relative residual (:func:`_time_variant`)."""
+    H, b, x, b_norm = _projected_system(problem, x0)
     rec = {"system": name, "unknowns": problem.variable_count * problem.variable_dim, "reorderings": {}}
-    bn = float(np.linalg.norm(b.numpy()))
     for label, options in variants.items():
         try:
-            ls = linear.CudssSolver(**options)
-            first = ls.solve(H, b, x)
-            infos = [ls.solve(H, b, x) for _ in range(10)]
-            rec["reorderings"][label] = {
-                "analysis_ms": first.analysis_ms, "factor_ms": statistics.median(i.factor_ms for i in infos),
-                "solve_ms": statistics.median(i.solve_ms for i in infos),
-                "relative_residual": infos[-1].residual_norm / bn}
+            rec["reorderings"][label] = _time_variant(H, b, x, b_norm, **options)[0]
         except Exception as exc:
             rec["reorderings"][label] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     return rec
@@ -178,29 +196,14 @@ def orderings(name, problem, x0, device) -> dict:
     its factors grow). Per variant: the first solve's wall ms and analysis ms (CSR build + ordering + plan), the
     ordering's host ms, the median factorization and solve ms of 10 more solves, the factors' non-zeros and the
     relative residual. The big systems skip the inverse and natural orders (minutes of fill)."""
-    from warp_meshad._src.solve import linear
-
-    _, g, H = problem.eval_with_hessian_proj(x0)
-    b, x = wp.clone(g), wp.zeros_like(g)
+    H, b, x, b_norm = _projected_system(problem, x0)
     rec = {"system": name, "unknowns": problem.variable_count * problem.variable_dim, "orderings": {}}
-    bn = float(np.linalg.norm(b.numpy()))
     kept = {}
 
     def run(label, ordering_ms=0.0, **options):
         try:
-            ls = linear.CudssSolver(**options)
-            t0 = time.perf_counter()
-            first = ls.solve(H, b, x)
-            first_ms = (time.perf_counter() - t0) * 1e3
-            infos = [ls.solve(H, b, x) for _ in range(10)]
-            out = {"first_solve_ms": first_ms, "analysis_ms": first.analysis_ms, "ordering_ms": ordering_ms,
-                   "factor_ms": statistics.median(i.factor_ms for i in infos),
-                   "solve_ms": statistics.median(i.solve_ms for i in infos),
-                   "relative_residual": infos[-1].residual_norm / bn, "matrix_type": ls.active_matrix_type}
-            try:
-                out["lu_nnz"] = int(ls._solver.factorization_info.lu_nnz)
-            except Exception as exc:
-                out["lu_nnz"] = f"{type(exc).__name__}: {exc}"[:120]
+            out, ls = _time_variant(H, b, x, b_norm, **options)
+            out["ordering_ms"] = ordering_ms
             if label == "default":
                 kept["perm"] = np.array(ls._solver.plan_info.row_permutation, dtype=np.int32, copy=True)
             rec["orderings"][label] = out

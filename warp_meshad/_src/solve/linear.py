@@ -1391,17 +1391,15 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
                 solver.plan_config.reordering_algorithm = int(self.reordering)
             if self.host_threads is not None:
                 solver.plan_config.host_nthreads = int(self.host_threads)
-            if self.use_matching is not None:  # nvmath 1.0: a matching algorithm, NONE for off
-                from nvmath.bindings import cudss
+            from nvmath.bindings import cudss
 
+            if self.use_matching is not None:  # nvmath 1.0: a matching algorithm, NONE for off
                 solver.plan_config.matching_algorithm = (cudss.MatchingAlg.AUTO if self.use_matching
                                                          else cudss.MatchingAlg.NONE)
             if self.permutation is not None:
                 perm = self.permutation
                 if perm.shape != (mat.shape[0],):
                     raise ValueError(f"permutation: expected {mat.shape[0]} entries (the scalar rows), got {perm.shape[0]}")
-                from nvmath.bindings import cudss
-
                 cudss.data_set(solver.handle, solver.data_ptr, cudss.DataParam.USER_PERM, perm.ctypes.data, perm.nbytes)
             solver.plan(stream=stream)
         except BaseException:

@@ -504,12 +504,12 @@ class NewtonSolver(_Driver):
         self.project_hessian = bool(project_hessian)
         self.projection = projection
         self.projection_eps = float(projection_eps)
-        options = dict(linear_solver_options or {})
-        if (self.project_hessian and self.fixed_indices is not None and len(self.fixed_indices) > 0
-                and isinstance(linear_solver, str) and linear_solver in ("auto", "cudss") and "matrix_type" not in options):
-            options["matrix_type"] = "spd_or_general"  # pinned + projected: SPD (Cholesky, LU if it fails)
+        linear_options = dict(linear_solver_options or {})
+        if (self.project_hessian and self.fixed_indices is not None and isinstance(linear_solver, str)
+                and linear_solver in ("auto", "cudss") and "matrix_type" not in linear_options):
+            linear_options["matrix_type"] = "spd_or_general"  # pinned + projected: SPD (Cholesky, LU if it fails)
         self.linear_solver = make_linear_solver(linear_solver, device=problem.device, dtype=_scalar_type(problem),
-                                                **options)
+                                                **linear_options)
         self._H = None
         options = device_loop_options(device_loop, self)
         self._device_loop = None if options is None else DeviceLoopRunner(self, options)
