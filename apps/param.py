@@ -58,6 +58,10 @@ class ParamConfig(AppConfig):
         expected_energy_per_area: known minimum of E / A for this mesh (from TinyAD's projected Newton); when set,
             ``check_final`` requires the final E / A within ``expected_rtol`` of it. Null: no such check.
         expected_rtol: relative tolerance of that check.
+        pin_vertex: Newton: this vertex keeps its start uv. The energy does not see translations, so without a pin
+            the projected Hessian is singular along them (its clamped eigenvalues ~projection_eps); pinning one
+            vertex removes only that gauge (the same iterates up to a translation, the same energies) and makes
+            the Hessian positive definite: cuDSS then factorizes by Cholesky. Null: no pin (cuDSS by LU).
     """
 
     device_loop_supported: ClassVar[bool] = True
@@ -73,6 +77,7 @@ class ParamConfig(AppConfig):
     initial_scale: Literal["area", "unit"] = "area"
     expected_energy_per_area: Optional[float] = None
     expected_rtol: float = 1e-5
+    pin_vertex: Optional[int] = 0
 
     def validate(self):
         errors = super().validate()
@@ -88,6 +93,8 @@ class ParamConfig(AppConfig):
                                                        f"null, got {self.expected_energy_per_area}"))
         if not self.expected_rtol > 0.0:
             errors.append(("expected_rtol", f"expected a number > 0, got {self.expected_rtol}"))
+        if self.pin_vertex is not None and not self.pin_vertex >= 0:
+            errors.append(("pin_vertex", f"expected a vertex index >= 0 or null, got {self.pin_vertex}"))
         return errors
 
 
@@ -167,10 +174,14 @@ class App(_AppBase):
                                       area=wp.array(mesh.face_areas(), dtype=wp.float64, device=dev))
         self.problem = wm.Problem(mesh.vertex_count, 2, wp.float64, dev)
         self.problem.add_term(mesh.faces, symmetric_dirichlet, data, name="symmetric_dirichlet")
+        if c.pin_vertex is not None and c.pin_vertex >= mesh.vertex_count:
+            raise ValueError(f"param: pin_vertex: expected a vertex index below {mesh.vertex_count} (the vertices of "
+                             f"{c.mesh}), got {c.pin_vertex}")
+        self.pinned = None if c.pin_vertex is None else np.array([c.pin_vertex], dtype=np.int32)
         if c.solver == "newton":
             self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=True,
                                           projection=c.projection, projection_eps=c.projection_eps,
-                                          device_loop=c.device_loop_option(dev))
+                                          fixed=self.pinned, device_loop=c.device_loop_option(dev))
         else:
             self.solver = wm.LBFGSSolver(self.problem)
         self.newton_decrements: list[float] = []
@@ -199,7 +210,7 @@ class App(_AppBase):
         c = self.config
         if c.solver != "newton":
             return None
-        return BatchStepParts(self.problem, self.uv, None,
+        return BatchStepParts(self.problem, self.uv, self.pinned,
                               {"linear_solver": c.linear_solver, "project_hessian": True, "projection": c.projection,
                                "projection_eps": c.projection_eps}, self._solve_options())
 

@@ -151,12 +151,14 @@ case "$stage" in
       elastic/bunny --device cuda:0 --headless --quiet --output /tmp/apps/cold_elastic > "$OUTDIR/cold_elastic.log" 2>&1
     [ "${COLD:-1}" = 0 ] || echo "elastic/bunny from an empty cache: rc $? wall_s $(python3 -c "import time; print(round(time.time() - $start, 2))")" | tee -a "$OUTDIR/apps_loops.txt"
     [ "${COLD:-1}" = 0 ] || summary /tmp/apps/cold_elastic/metrics.json elastic/bunny cold_cache
+    # EXTRA: more `--set key=value` words for every run (e.g. EXTRA="pin_vertex=null")
+    extra=(); for kv in ${EXTRA:-}; do extra+=(--set "$kv"); done
     for scene in ${SCENES:-param/armadillo param/bunny_cut elastic/bunny}; do
       for loop in ${LOOPS:-false false true capture capture}; do
         out="/tmp/apps/${scene//\//_}_$loop"
         timeout "${APP_S:-150}" python3 -m warp_meshad run "$scene" --device cuda:0 --headless --quiet --output "$out" \
-          --set device_loop=$loop > "$OUTDIR/apps_${scene//\//_}_$loop.log" 2>&1 || tail -5 "$OUTDIR/apps_${scene//\//_}_$loop.log"
-        summary "$out/metrics.json" "$scene" "device_loop=$loop"
+          --set device_loop=$loop "${extra[@]}" > "$OUTDIR/apps_${scene//\//_}_$loop.log" 2>&1 || tail -5 "$OUTDIR/apps_${scene//\//_}_$loop.log"
+        summary "$out/metrics.json" "$scene" "device_loop=$loop" ${EXTRA:-}
       done
     done
     ;;
@@ -174,6 +176,11 @@ case "$stage" in
     timeout "${ANALYSES_S:-300}" python3 -m benchmarks.cudss_calls --patches /tmp/patches --threads ${THREADS:-4 8 16} \
       > "$OUTDIR/analyses.log" 2>&1
     echo "analyses rc $?"; grep -v "^Module\|^Warp\|^   " "$OUTDIR/analyses.log" | tail -8 | cut -c1-400
+    ;;
+  cudss_direct)
+    # issue 19 item 2: nvmath's calls against direct cuDSS calls, capturing a solve in a CUDA graph, the analysis cache
+    timeout "${DIRECT_S:-240}" python3 -m benchmarks.cudss_direct > "$OUTDIR/cudss_direct.log" 2>&1
+    echo "cudss_direct rc $?"; grep -v "^Module\|^Warp\|^   " "$OUTDIR/cudss_direct.log" | grep "^{" | cut -c1-1500
     ;;
   newton_tet)
     # issue 19 item 3: the 1M-tet statics with cuDSS's options (session 9's log was lost to the 8-file limit)

@@ -219,8 +219,15 @@ def test_captured_iteration_same_as_host_on_cuda(linear_solver):
     kwargs = dict(max_iterations=30, tolerance=1e-6)
     # two pins: without them the minimizer is defined up to a rigid motion of the layout, along which x may drift
     host = NewtonSolver(problem, linear_solver=linear_solver, fixed=[0, 7]).solve(x0, **kwargs)
-    for loop in (True, DeviceLoop(capture=True), DeviceLoop(capture=True, poll=False)):
-        dev = NewtonSolver(problem, linear_solver=linear_solver, fixed=[0, 7], device_loop=loop).solve(x0, **kwargs)
+    for loop in (True, DeviceLoop(capture=True), DeviceLoop(capture=True, poll=False),
+                 DeviceLoop(capture=True, capture_solve=False)):
+        solver = NewtonSolver(problem, linear_solver=linear_solver, fixed=[0, 7], device_loop=loop)
+        dev = solver.solve(x0, **kwargs)
+        if linear_solver == "cudss" and loop is not True:  # cuDSS's direct calls are captured in the slot's graph
+            runner = solver._device_loop
+            assert runner.solve_capture_error is None, runner.solve_capture_error
+            whole = [key for key in runner._graphs if key[-1] == "whole"]
+            assert len(whole) == (1 if loop.capture_solve else 0)
         # GPU atomics sum in a varying order: the same iterates to round-off, not bit for bit
         assert dev.reason == host.reason and abs(dev.iterations - host.iterations) <= 1
         np.testing.assert_allclose(dev.energies[-1], host.energies[-1], rtol=1e-9)
@@ -248,7 +255,7 @@ def test_captured_second_run_replays_from_its_first_slot_same_as_host(monkeypatc
         dev = solver.solve(x0, **kwargs)
         if k == 0:
             first_captures = len(captures)
-            assert first_captures == 2  # the part before the solve and the part after it, once
+            assert first_captures == 1  # the whole slot, the cuDSS solve included, once
         host = NewtonSolver(problem, linear_solver="cudss", fixed=[0, 7]).solve(x0, **kwargs)
         assert dev.reason == host.reason and abs(dev.iterations - host.iterations) <= 1
         np.testing.assert_allclose(dev.energies[-1], host.energies[-1], rtol=1e-9)

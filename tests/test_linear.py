@@ -670,6 +670,77 @@ def test_gpu_cudss_user_permutation_gives_the_same_solution():
         np.testing.assert_array_equal(np.asarray(solver._solver.plan_info.row_permutation), perm)
 
 
+@pytest.mark.gpu
+def test_gpu_cudss_direct_calls_give_nvmath_calls_answers():
+    """Direct cuDSS calls (the default) and nvmath's calls: the same solutions over a sequence of values, in solve,
+    solve_deferred (with its queued residual), resolve, a right-hand side that is the solution array, and the
+    refinement of reused factors (nvmath's solve() on factors made by a direct call)."""
+    _require_backend("cudss")
+    from warp_meshad._src.solve.linear import CudssSolver
+
+    A, dense, b_np, b, x = spd_system(n=45, seed=31, device="cuda:0")
+    direct, wrapped = CudssSolver(), CudssSolver(direct_calls=False)
+    assert direct._direct and not wrapped._direct
+    residual_sq = wp.zeros(1, dtype=wp.float64, device="cuda:0")
+    for factor in (1.0, 1.5):
+        _scale_values(A, factor)
+        want = np.linalg.solve(factor * dense, b_np) if factor == 1.0 else np.linalg.solve(1.5 * dense, b_np)
+        for solver in (direct, wrapped):
+            x.zero_()
+            info = solver.solve(A, b, x)
+            np.testing.assert_allclose(_flat(x), want, rtol=1e-9, atol=1e-10)
+            assert info.residual_norm <= 1e-9 * np.linalg.norm(b_np)
+            x.zero_()
+            solver.solve_deferred(A, b, x, residual_sq)
+            np.testing.assert_allclose(_flat(x), want, rtol=1e-9, atol=1e-10)
+            assert residual_sq.numpy()[0] <= 1e-18 * float(b_np @ b_np)
+    b2_np = np.random.default_rng(32).standard_normal(b_np.size)
+    same = wp.array(b2_np.reshape(-1, 3), dtype=b.dtype, device="cuda:0")
+    direct.resolve(A, same, same)  # b is x: copied into the plan's buffer first
+    np.testing.assert_allclose(_flat(same), np.linalg.solve(1.5 * dense, b2_np), rtol=1e-9, atol=1e-10)
+    reused = CudssSolver(matrix_type="spd", reuse_factorization=2, refine_budget=None)
+    for factor in (1.0, 1.01):
+        _scale_values(A, factor)
+        info = reused.solve(A, b, x)
+    assert not info.factorized and info.refinement_iterations >= 1
+    np.testing.assert_allclose(_flat(x), np.linalg.solve(1.5 * 1.01 * dense, b_np), rtol=1e-8, atol=1e-9)
+
+
+@pytest.mark.gpu
+def test_gpu_cudss_analysis_cache_hands_back_ordering_and_tree(tmp_path):
+    """``analysis_cache``: the first solver of a pattern writes its ordering and partition tree; a new solver of the
+    same pattern takes them (a hit), solves the same and gets factors of the same size; another pattern or matrix
+    type is another entry; an unreadable entry is a miss and is rewritten."""
+    _require_backend("cudss")
+    from warp_meshad._src.solve.linear import CudssSolver
+
+    A, dense, b_np, b, x = spd_system(n=60, seed=33, device="cuda:0")
+    first = CudssSolver(analysis_cache=tmp_path)
+    first.solve(A, b, x)
+    assert first.analysis_cache_hit is False
+    files = sorted(tmp_path.glob("*.npz"))
+    assert len(files) == 1
+    nnz = int(first._solver.factorization_info.lu_nnz)
+    again = CudssSolver(analysis_cache=tmp_path)
+    again.solve(A, b, x)
+    assert again.analysis_cache_hit is True
+    np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-9, atol=1e-10)
+    assert int(again._solver.factorization_info.lu_nnz) == nnz
+    np.testing.assert_array_equal(np.asarray(again._solver.plan_info.row_permutation),
+                                  np.asarray(first._solver.plan_info.row_permutation))
+    CudssSolver(analysis_cache=tmp_path, matrix_type="spd").solve(A, b, x)
+    A2, dense2, b2_np, b2, x2 = spd_system(n=61, seed=33, device="cuda:0")
+    CudssSolver(analysis_cache=tmp_path).solve(A2, b2, x2)
+    assert len(list(tmp_path.glob("*.npz"))) == 3
+    files[0].write_bytes(b"not an npz")
+    broken = CudssSolver(analysis_cache=tmp_path)
+    broken.solve(A, b, x)
+    assert broken.analysis_cache_hit is False
+    np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-9, atol=1e-10)
+    with np.load(files[0]) as f:  # rewritten
+        assert f["perm"].shape == (dense.shape[0],) and f["tree"].size > 0
+
+
 def test_cudss_permutation_option_is_checked():
     from warp_meshad._src.solve.linear import CudssSolver
 
@@ -683,6 +754,10 @@ def test_cudss_permutation_option_is_checked():
         CudssSolver(handle="0x1")
     with pytest.raises(ValueError, match="handle: expected None with factor_dtype='float32'"):
         CudssSolver(handle=1, factor_dtype="float32")
+    with pytest.raises(ValueError, match="analysis_cache: expected None, False, 'auto' or a folder"):
+        CudssSolver(analysis_cache=3)
+    with pytest.raises(ValueError, match="direct_calls: expected a bool"):
+        CudssSolver(direct_calls="yes")
 
 
 @pytest.mark.gpu

@@ -110,7 +110,8 @@ class _Stage:
             base[user_fixed] = 1
         self.batch = batch
         # the driver owns the Hessian and the linear solve; its pin mask is ours (user pins + stopped meshes)
-        self.newton = NewtonSolver(p, **newton_options)
+        # user pins: the driver picks its linear solver as for a single problem with them (Cholesky with cuDSS)
+        self.newton = NewtonSolver(p, fixed=user_fixed, **newton_options)
         self.base_mask = wp.array(base, dtype=wp.int32, device=dev)
         self.mask = wp.array(base, dtype=wp.int32, device=dev)
         self.stopped = wp.zeros(B, dtype=wp.int32, device=dev)

@@ -18,10 +18,13 @@ and write one float64 ``state`` array and a per-iteration ``history`` table, bot
 - a line search that needs more than ``trials`` trials goes on in the next slot (one more read with ``poll=True``;
   with ``poll=False`` that slot counts against ``max_iterations``, so fewer steps may be taken);
 - phase timers record CUDA events (:class:`~warp_meshad._src.solve.phase_timer.PhaseTimer`), read at the end;
-- ``capture=True`` (CUDA only) replays the slot as CUDA graphs (``wp.ScopedCapture`` / ``wp.capture_launch``): the
-  part before the linear solve and the part after it; the linear solve runs between them, outside the graphs
-  (nvmath's DirectSolver calls are not known to be capturable). The first slot of the first run runs uncaptured (kernel
-  loading, cuDSS analysis); a later run of the same solver (a time step) replays the graphs from its first slot on.
+- ``capture=True`` (CUDA only) replays the slot as CUDA graphs (``wp.ScopedCapture`` / ``wp.capture_launch``). Where
+  the linear back-end says its solve can be captured (``capturable_for(H)``: cuDSS with direct calls, planned, no
+  host-side check pending; see :class:`~warp_meshad._src.solve.linear.CudssSolver`) and ``capture_solve`` allows it,
+  the whole slot is one graph, the numeric factorization and solve included; a failed capture falls back (once per
+  runner, logged) to two graphs, the part before the linear solve and the part after it, with the solve queued
+  between them outside the graphs. The first slot of the first run runs uncaptured (kernel loading, cuDSS
+  analysis); a later run of the same solver (a time step) replays the graphs from its first slot on.
   The last slot of ``max_iterations`` runs uncaptured (gradient only, as the host loop). Capture is refused with a
   ``before_derivatives`` hook (host code).
 
@@ -33,6 +36,7 @@ derivative launch.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -49,6 +53,7 @@ from warp_meshad._src.solve.vector_ops import scale_into
 __all__ = ["DeviceLoop", "read_record"]
 
 _WIDTH = max(k.STATE_SIZE, k.HISTORY_SIZE)
+_logger = logging.getLogger("warp_meshad.device_loop")
 
 
 @dataclass(frozen=True)
@@ -62,11 +67,14 @@ class DeviceLoop:
         poll: read the stop flag once per slot (True), or queue ``max_iterations`` slots with no read (False: the
             caller asks for a fixed iteration count; the work queued after a stop is wasted but changes nothing).
         capture: replay the slots as CUDA graphs (CUDA devices only).
+        capture_solve: with ``capture``, capture the linear solve in the slot's graph where the back-end allows it
+            (True), or always queue it between two graphs (False).
     """
 
     trials: int = 8
     poll: bool = True
     capture: bool = False
+    capture_solve: bool = True
 
     def __post_init__(self):
         if not isinstance(self.trials, int) or self.trials < 1:
@@ -124,6 +132,7 @@ class DeviceLoopRunner:
         self.timer = PhaseTimer(self.device)
         self.H = None
         self._graphs: dict = {}
+        self.solve_capture_error: str | None = None  # why capturing the linear solve failed (then never tried again)
 
     # -- buffers ----------------------------------------------------------------------------------------------------
 
@@ -199,10 +208,52 @@ class DeviceLoopRunner:
         self._derivatives(hessian_next, s)
         self.timer.lap("derivatives")
 
+    def _has_graphs(self, s) -> bool:
+        key = self._graph_key(s)
+        return key in self._graphs or key + ("whole",) in self._graphs
+
     def _graph_key(self, s) -> tuple:
         return (tuple((name, float(v)) for name, v in sorted(s.items())), id(self.record), id(self.H))
 
+    def _solve_capturable(self) -> bool:
+        backend = self.solver.linear_solver
+        check = getattr(backend, "capturable_for", None)
+        return (self.options.capture_solve and self.solve_capture_error is None and check is not None
+                and self.H is not None and check(self.H))
+
+    def _capture_whole_slot(self, s):
+        """One graph of the whole slot, the linear solve included, and the solve's info; None if the capture failed
+        (the reason is kept in :attr:`solve_capture_error` and the back-end forgets its plan)."""
+        backend = self.solver.linear_solver
+        try:
+            with wp.ScopedCapture(self.device, force_module_load=False) as whole:
+                self._before_solve()
+                info = backend.solve_deferred(self.H, self.rhs, self.solved, self.residual_sq)
+                self._line_search(s)
+                self._derivatives(True, s)
+        except Exception as exc:  # noqa: BLE001 (a back-end that cannot be captured: queue it between graphs)
+            self.solve_capture_error = f"{type(exc).__name__}: {exc}"[:500]
+            _logger.info("device loop: the linear solve could not be captured (%s); it runs between two graphs",
+                         self.solve_capture_error)
+            wp.synchronize_device(self.device)
+            backend.invalidate_pattern()
+            return None
+        return whole.graph, info
+
     def _captured_slot(self, infos: list, s) -> None:
+        if self._solve_capturable():
+            key = self._graph_key(s) + ("whole",)
+            if key not in self._graphs:
+                made = self._capture_whole_slot(s)
+                if made is not None:
+                    self._graphs.clear()
+                    self._graphs[key] = made
+            if key in self._graphs:
+                graph, info = self._graphs[key]
+                wp.capture_launch(graph)
+                infos.append(info)
+                self.timer.lap("graph")
+                return
         key = self._graph_key(s)
         if key not in self._graphs:
             self._graphs.clear()
@@ -257,7 +308,7 @@ class DeviceLoopRunner:
                 break
             hessian_next = after != max_iterations  # the host loop's gradient-only evaluation at the cap
             # a run's first slot is captured only with the graphs of an earlier run (kernels loaded, same buffers)
-            if self.options.capture and hessian_next and (infos or self._graph_key(s) in self._graphs):
+            if self.options.capture and hessian_next and (infos or self._has_graphs(s)):
                 self._captured_slot(infos, s)
             else:
                 self._slot(infos, hessian_next, s)

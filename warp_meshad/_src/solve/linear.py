@@ -1064,6 +1064,89 @@ def _check_permutation_option(permutation) -> np.ndarray | None:
     return np.ascontiguousarray(arr, dtype=np.int32)
 
 
+ANALYSIS_CACHE_VARIABLE = "WARP_MESHAD_CUDSS_ANALYSIS_CACHE"
+"""Environment variable: ``CudssSolver``'s analysis cache when the option is not given (a folder, or ``auto``)."""
+ANALYSIS_CACHE_FOLDER = "warp_meshad_cudss"
+"""``CudssSolver(analysis_cache="auto")``: this folder in Warp's kernel cache."""
+
+
+def _check_analysis_cache_option(analysis_cache):
+    """``CudssSolver(analysis_cache=...)``: None (the environment's choice), False, ``"auto"`` or a folder, as a
+    ``pathlib.Path`` (or None: off)."""
+    import os
+    import pathlib
+
+    if analysis_cache is None:
+        analysis_cache = os.environ.get(ANALYSIS_CACHE_VARIABLE, "").strip() or False
+        if analysis_cache in ("0", "off", "false", "no"):
+            analysis_cache = False
+    if analysis_cache is False:
+        return None
+    if isinstance(analysis_cache, str) and analysis_cache == "auto":
+        root = wp.config.kernel_cache_dir
+        if root is None:
+            wp.init()  # sets the kernel cache folder
+            root = wp.config.kernel_cache_dir
+        return pathlib.Path(root) / ANALYSIS_CACHE_FOLDER
+    if not isinstance(analysis_cache, (str, pathlib.PurePath)):
+        raise ValueError(f"analysis_cache: expected None, False, 'auto' or a folder (str or path), got "
+                         f"{type(analysis_cache).__name__}")
+    return pathlib.Path(analysis_cache)
+
+
+def _cudss_version() -> int:
+    from nvmath.bindings import cudss
+
+    return int(cudss.get_property(0)) * 10000 + int(cudss.get_property(1)) * 100 + int(cudss.get_property(2))
+
+
+_TREE_BYTES = 1 << 22  # the partition tree is small (about 2^nd_levels entries); read into this much host memory
+
+
+def _apply_cached_analysis(cudss, solver, path, n: int) -> bool:
+    """Hand a cached ordering and partition tree (``path``, an ``.npz``) to the unplanned ``solver``: True if there
+    was one that cuDSS took, False otherwise (no file, unreadable, wrong size: cuDSS analyses as usual)."""
+    try:
+        with np.load(path) as f:
+            perm = np.ascontiguousarray(f["perm"], dtype=np.int32)
+            tree = np.ascontiguousarray(f["tree"], dtype=np.uint8)
+    except (OSError, KeyError, ValueError):
+        return False
+    if perm.shape != (n,) or tree.size == 0:
+        return False
+    try:
+        cudss.data_set(solver.handle, solver.data_ptr, cudss.DataParam.USER_PERM, perm.ctypes.data, perm.nbytes)
+        cudss.data_set(solver.handle, solver.data_ptr, cudss.DataParam.USER_ND_PARTITION_TREE, tree.ctypes.data,
+                       tree.nbytes)
+    except Exception as exc:  # an older cuDSS without the tree: plan without the cache (its ordering is not set twice)
+        _logger.info("cudss: the cached analysis %s was not taken (%s: %s)", path, type(exc).__name__, exc)
+        return False
+    return True
+
+
+def _save_analysis(cudss, solver, path, n: int, log) -> None:
+    """Write the planned ``solver``'s ordering and partition tree to ``path`` (atomically); failures are logged."""
+    import os
+    import tempfile
+
+    try:
+        perm = np.empty(n, dtype=np.int32)
+        written = np.zeros(1, dtype=np.uint64)
+        cudss.data_get(solver.handle, solver.data_ptr, cudss.DataParam.PERM_REORDER_ROW, perm.ctypes.data, perm.nbytes,
+                       written.ctypes.data)
+        tree = np.empty(_TREE_BYTES, dtype=np.uint8)
+        cudss.data_get(solver.handle, solver.data_ptr, cudss.DataParam.ND_PARTITION_TREE, tree.ctypes.data,
+                       tree.nbytes, written.ctypes.data)
+        tree = tree[: int(written[0])].copy()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, perm=perm, tree=tree)
+        os.replace(tmp, path)
+    except Exception as exc:
+        log.warning("cudss: could not keep the analysis in %s (%s: %s)", path, type(exc).__name__, exc)
+
+
 def _import_nvmath():
     try:
         import nvmath.sparse.advanced as nva
@@ -1269,6 +1352,21 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             ``CUDSS_DATA_USER_PERM``; None: cuDSS computes it. Measured on the H200 (benchmarks/README.md, session
             10), cuDSS 0.8 factorizes 5-15x slower with a user ordering, even its own handed back, since it then
             lacks its partition tree: an option for orderings cuDSS cannot find, not for speed.
+        direct_calls: after nvmath's plan, run each numeric factorization and solve as two direct cuDSS calls
+            (``nvmath.bindings.cudss.execute``) on dense descriptors that point at ``b`` and ``x`` themselves, instead
+            of nvmath's ``factorize()``/``solve()`` (which, per call, wrap the stream, allocate the solution and copy
+            it, and copy ``b`` into the plan's buffer). Same cuDSS work, less host work per solve; False: nvmath's
+            calls. Hybrid execution always uses nvmath's calls.
+        analysis_cache: a folder (str or path) where the analysis's fill-reducing ordering and nested-dissection
+            partition tree (``CUDSS_DATA_PERM_REORDER_ROW``, ``CUDSS_DATA_ND_PARTITION_TREE``) are kept per sparsity
+            pattern, matrix type and analysis options; a later plan of the same pattern (in this or another process)
+            hands both back to cuDSS (``CUDSS_DATA_USER_PERM`` + ``CUDSS_DATA_USER_ND_PARTITION_TREE``, cuDSS >=
+            0.7.1), which then skips its reordering and keeps its factorization speed (an ordering alone costs the
+            factorization 5-15x, see ``permutation``). ``"auto"``: the folder ``warp_meshad_cudss`` in Warp's
+            kernel cache (``wp.config.kernel_cache_dir``, beside the toolkit's module records). None: the
+            environment variable ``WARP_MESHAD_CUDSS_ANALYSIS_CACHE`` (a folder or ``auto``) if set, else off.
+            False: off. Ignored with ``permutation``.
+            A file that cannot be read or applied is ignored (cuDSS analyses as usual) and rewritten.
         handle: an existing cuDSS library handle (``nvmath.bindings.cudss.create()``, an int) for the plans of this
             solver, which then neither creates nor destroys one; None: each plan makes its own. cuDSS requires one
             handle per value type (float32 and float64 systems must not share one), and a plan of a small system
@@ -1304,8 +1402,13 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         use_matching: bool | None = None,
         permutation=None,
         handle: int | None = None,
+        direct_calls: bool = True,
+        analysis_cache=None,
     ):
         permutation = _check_permutation_option(permutation)  # the options first: errors before imports
+        analysis_cache = _check_analysis_cache_option(analysis_cache)
+        if not isinstance(direct_calls, bool):
+            raise ValueError(f"direct_calls: expected a bool, got {direct_calls!r}")
         if handle is not None and (isinstance(handle, bool) or not isinstance(handle, (int, np.integer))):
             raise ValueError(f"handle: expected None or a cuDSS handle (an int), got {type(handle).__name__}")
         if handle is not None and factor_dtype != "float64":
@@ -1333,6 +1436,10 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         self.execution = execution
         self.host_threads = host_threads
         self.use_matching = use_matching
+        self.direct_calls = direct_calls
+        self.analysis_cache = analysis_cache
+        self.analysis_cache_hit = None  # the last plan: True (ordering and tree from the cache), False, None (off)
+        self._dense = None  # direct calls: (handle, b descriptor, x descriptor) of the planned float64 solver
         self._factored = None  # the pattern the solver's factors belong to (resolve)
         self._quiet = logging.getLogger("warp_meshad.linear.cudss")
         if self._quiet.level == logging.NOTSET:
@@ -1344,6 +1451,14 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
 
     def _free(self) -> None:
         try:
+            if self._dense is not None:
+                from nvmath.bindings import cudss
+
+                dense, self._dense = self._dense, None
+                if self._solver is not None:  # queued direct calls may still read the descriptors
+                    wp.synchronize_device(self._csr_device)
+                for desc in dense[1:]:
+                    cudss.matrix_destroy(desc)
             if self._solver is not None:
                 self._solver.free()
         finally:
@@ -1369,12 +1484,13 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
     def _build(self, A, device) -> None:
         """CSR buffers and CuPy views for A's pattern; the cuDSS solvers are planned on first use."""
         self._free()
+        self._csr_device = device
         self._csr = _CsrBuffers(A)
         self._csr.update_values(A)
         self._mat = self._views(device)
         self._rhs = self._cp.zeros(self._csr.size, dtype=self._mat.dtype)
 
-    def _direct_solver(self, mat, rhs, device):
+    def _direct_solver(self, mat, rhs, device, use_cache: bool = True):
         """A planned ``DirectSolver`` (reordering and symbolic factorization) of ``mat`` with right-hand side ``rhs``."""
         nva = self._nva
         mtype = {
@@ -1386,6 +1502,7 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         stream = wp.get_stream(device).cuda_stream
         extra = {} if self.execution == "cuda" else {"execution": self.execution}
         solver = nva.DirectSolver(mat, rhs, options=options, stream=stream, **extra)
+        cache_file = None
         try:
             if self.reordering is not None:
                 solver.plan_config.reordering_algorithm = int(self.reordering)
@@ -1401,11 +1518,88 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
                 if perm.shape != (mat.shape[0],):
                     raise ValueError(f"permutation: expected {mat.shape[0]} entries (the scalar rows), got {perm.shape[0]}")
                 cudss.data_set(solver.handle, solver.data_ptr, cudss.DataParam.USER_PERM, perm.ctypes.data, perm.nbytes)
+            elif self.analysis_cache is not None and use_cache:
+                cache_file = self.analysis_cache / f"{self._analysis_key(mat)}.npz"
+                self.analysis_cache_hit = _apply_cached_analysis(cudss, solver, cache_file, mat.shape[0])
             solver.plan(stream=stream)
+            if cache_file is not None and not self.analysis_cache_hit:
+                _save_analysis(cudss, solver, cache_file, mat.shape[0], self._quiet)
+        except Exception as exc:
+            solver.free()
+            if cache_file is None or not self.analysis_cache_hit:
+                raise
+            # cuDSS refused the cached ordering and tree: analyse anew (the entry is rewritten)
+            self._quiet.warning("cudss: the cached analysis %s failed (%s: %s); analysing anew", cache_file,
+                                type(exc).__name__, exc)
+            self.analysis_cache_hit = False
+            solver = self._direct_solver(mat, rhs, device, use_cache=False)
+            _save_analysis(cudss, solver, cache_file, mat.shape[0], self._quiet)
         except BaseException:
             solver.free()
             raise
         return solver
+
+    def _analysis_key(self, mat) -> str:
+        """What an analysis depends on: the scalar CSR pattern, the value type, the matrix type and the options."""
+        import hashlib
+
+        cp = self._cp
+        h = hashlib.sha256()
+        h.update(repr((mat.shape, str(mat.dtype), self.active_matrix_type, self.reordering, self.use_matching,
+                       self.execution, _cudss_version())).encode())
+        h.update(cp.asnumpy(mat.indptr).tobytes())
+        h.update(cp.asnumpy(mat.indices).tobytes())
+        return h.hexdigest()[:32]
+
+    def _direct_descriptors(self):
+        """Direct calls: (handle, b descriptor, x descriptor) for the planned float64 solver, made once per plan."""
+        if self._dense is None:
+            from nvmath.bindings import cudss
+
+            solver = self._solver
+            n = self._csr.size
+            vt = int(solver.cuda_value_type)
+            ptr = int(self._rhs.data.ptr)  # valid until the first call points them at b and x
+            bdesc = cudss.matrix_create_dn(n, 1, n, ptr, vt, cudss.Layout.COL_MAJOR)
+            try:
+                xdesc = cudss.matrix_create_dn(n, 1, n, ptr, vt, cudss.Layout.COL_MAJOR)
+            except BaseException:
+                cudss.matrix_destroy(bdesc)
+                raise
+            self._dense = (solver.handle, bdesc, xdesc)
+        return self._dense
+
+    def _execute_direct(self, b: wp.array, x: wp.array, factorize: bool) -> None:
+        """Direct calls: cuDSS's numeric factorization (``factorize``) or solve of ``A x = b``, queued on Warp's
+        stream with ``b`` and ``x`` as the dense operands (``b`` is copied first where it aliases ``x``)."""
+        from nvmath.bindings import cudss
+
+        handle, bdesc, xdesc = self._direct_descriptors()
+        solver = self._solver
+        bptr = int(b.ptr)
+        if bptr == int(x.ptr) or not b.is_contiguous:
+            self._rhs[...] = self._flat(self._cp, b)
+            bptr = int(self._rhs.data.ptr)
+        if not x.is_contiguous:
+            raise ValueError("cudss: expected a contiguous x (direct calls write the solution in place)")
+        cudss.set_stream(handle, int(wp.get_stream(x.device).cuda_stream))
+        cudss.matrix_set_values(bdesc, bptr)
+        cudss.matrix_set_values(xdesc, int(x.ptr))
+        phase = cudss.Phase.FACTORIZATION if factorize else cudss.Phase.SOLVE
+        cudss.execute(handle, phase, solver.config_ptr, solver.data_ptr, solver.a_ptr, xdesc, bdesc)
+        if factorize:
+            solver.solver_factorized = True  # nvmath's own solve() (refinement) accepts the factors
+
+    @property
+    def _direct(self) -> bool:
+        return self.direct_calls and self.execution == "cuda"
+
+    def capturable_for(self, A) -> bool:
+        """Whether :meth:`solve_deferred` on ``A`` queues only device work that a CUDA graph can hold: direct calls,
+        a plan for A's pattern already made, no reuse or float32 policy and no first-factorization check pending
+        (those read the host). The device loop then captures the solve in its slot's graph."""
+        return (self._direct and not self._policy and self._solver is not None and not self._check_spd
+                and self._pattern == _pattern_key(A))
 
     def _first_cholesky_failed(self, A, b, x) -> bool:
         """Under ``spd_or_general``, after a plan's first Cholesky factorization and solve: whether it failed (cuDSS's
@@ -1457,14 +1651,21 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
 
                 t0 = time.perf_counter()
                 self._csr.update_values(A)
-                self._rhs[...] = self._flat(cp, b)
-                self._solver.factorize(stream=stream)
-                factor_ms = self._ms_since(t0, device)
+                if self._direct:
+                    self._execute_direct(b, x, factorize=True)
+                    factor_ms = self._ms_since(t0, device)
+                    t0 = time.perf_counter()
+                    self._execute_direct(b, x, factorize=False)
+                    solve_ms = self._ms_since(t0, device)
+                else:
+                    self._rhs[...] = self._flat(cp, b)
+                    self._solver.factorize(stream=stream)
+                    factor_ms = self._ms_since(t0, device)
 
-                t0 = time.perf_counter()
-                sol = self._solver.solve(stream=stream)
-                self._flat(cp, x)[...] = sol.reshape(-1)
-                solve_ms = self._ms_since(t0, device)
+                    t0 = time.perf_counter()
+                    sol = self._solver.solve(stream=stream)
+                    self._flat(cp, x)[...] = sol.reshape(-1)
+                    solve_ms = self._ms_since(t0, device)
             except ImportError:
                 raise
             except Exception as exc:
@@ -1503,7 +1704,10 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         out[...] = sol.reshape(-1).astype(out.dtype, copy=False)
 
     def _apply_native(self, r, z) -> None:
-        self._apply_with(self._solver, self._rhs, r, z)
+        if self._direct:
+            self._execute_direct(r, z, factorize=False)
+        else:
+            self._apply_with(self._solver, self._rhs, r, z)
 
     def _factor32(self, A) -> tuple[float, float]:
         import cupyx.scipy.sparse as cpsp
@@ -1542,9 +1746,12 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         with dev_ctx, stream_ctx:
             t0 = time.perf_counter()
             try:
-                self._rhs[...] = self._flat(cp, b)  # the solver's own right-hand side buffer: the plan stays valid
-                sol = self._solver.solve(stream=stream)
-                self._flat(cp, x)[...] = sol.reshape(-1)
+                if self._direct:
+                    self._execute_direct(b, x, factorize=False)
+                else:
+                    self._rhs[...] = self._flat(cp, b)  # the solver's own right-hand side buffer: the plan stays valid
+                    sol = self._solver.solve(stream=stream)
+                    self._flat(cp, x)[...] = sol.reshape(-1)
             except Exception as exc:
                 self.invalidate_pattern()
                 raise LinearSolveError(f"cudss: {type(exc).__name__}: {exc}") from exc
