@@ -141,6 +141,18 @@ def test_param_pin_vertex_only_removes_the_translation_gauge():
     np.testing.assert_allclose(pinned.energy_per_area, free.energy_per_area, rtol=1e-8)
 
 
+def test_device_loop_auto_is_the_captured_loop_on_cuda_only_for_apps_that_take_it():
+    from warp_meshad._src.solve.device_loop import DeviceLoop
+
+    param = small(ROOT / "configs" / "param" / "bunny_cut.yaml")
+    arap = small(sorted((ROOT / "configs" / "arap").glob("*.yaml"))[0])
+    assert param.device_loop == "auto" and arap.device_loop == "auto"
+    assert param.device_loop_option("cpu") is False and arap.device_loop_option("cpu") is False
+    if wp.get_cuda_device_count() > 0:
+        assert param.device_loop_option("cuda:0") == DeviceLoop(capture=True)
+        assert arap.device_loop_option("cuda:0") is False
+
+
 def test_param_unit_start_is_the_tutte_disk():
     app = make_app("param", "bunny_cut", iterations=0)
     r = np.linalg.norm(app.uv0[app.mesh.boundary_loops[0]], axis=1)

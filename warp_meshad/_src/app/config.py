@@ -97,7 +97,8 @@ class AppConfig(ConfigModel):
         device_loop: Newton's loop, for the apps whose Newton solver has no host-side hooks (param, elastic):
             ``false`` (the host loop), ``true`` (decisions on the device, one small read per iteration:
             ``NewtonSolver(device_loop=True)``), ``"capture"`` (the same replayed as CUDA graphs; CUDA only, the host
-            loop on the CPU).
+            loop on the CPU), ``"auto"`` (the default: ``"capture"`` on a CUDA device for those apps, else the host
+            loop).
         steps: number of ``step()`` calls of a run (time steps, or solver rounds).
         iterations: solver iteration cap per step.
         tolerance: solver tolerance (Newton decrement for Newton-type solvers, else gradient norm).
@@ -121,7 +122,7 @@ class AppConfig(ConfigModel):
     device: Optional[str] = None
     solver: str = "newton"
     linear_solver: Literal[LINEAR_SOLVER_NAMES] = "auto"
-    device_loop: Union[bool, Literal["capture"]] = False
+    device_loop: Union[bool, Literal["capture", "auto"]] = "auto"
     steps: int = 10
     iterations: int = 20
     tolerance: float = 1e-8
@@ -161,7 +162,7 @@ class AppConfig(ConfigModel):
             for k in ("width", "height"):
                 if not getattr(self.grid, k) > 0.0:
                     errors.append((f"grid.{k}", f"expected a number > 0, got {getattr(self.grid, k)}"))
-        if self.device_loop is not False and not self.device_loop_supported:
+        if self.device_loop not in (False, "auto") and not self.device_loop_supported:
             errors.append(("device_loop", f"expected false (the {self.app or 'app'} app's solver runs host-side steps "
                                           f"between device steps), got {self.device_loop!r}"))
         if self.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
@@ -170,10 +171,13 @@ class AppConfig(ConfigModel):
 
     def device_loop_option(self, device) -> bool | DeviceLoop:
         """``NewtonSolver(device_loop=...)`` for ``device_loop`` on ``device`` (``"capture"`` needs CUDA: the host
-        loop elsewhere)."""
-        if self.device_loop == "capture":
+        loop elsewhere; ``"auto"``: ``"capture"`` for an app that supports a device loop, else the host loop)."""
+        loop = self.device_loop
+        if loop == "auto":
+            loop = "capture" if self.device_loop_supported else False
+        if loop == "capture":
             return DeviceLoop(capture=True) if wp.get_device(device).is_cuda else False
-        return self.device_loop is True
+        return loop is True
 
     def origin(self, key: str) -> str:
         """Where the value of ``key`` (dotted: ``"grid.nx"``) came from, for messages: the command-line flag that set
