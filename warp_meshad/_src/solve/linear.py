@@ -16,8 +16,9 @@ Back-ends (pick one by name with :func:`make_linear_solver`):
   preconditioner, on CPU and GPU. Solver buffers are allocated once per system shape.
 - ``"cupy"``: ``cupyx.scipy.sparse.linalg.spsolve`` on a zero-copy CuPy CSR view of our device buffers (GPU only).
 - ``"cudss"``: NVIDIA cuDSS through nvmath-python's ``nvmath.sparse.advanced.DirectSolver`` (GPU only). Reordering and
-  symbolic factorization (``plan()``) run once per sparsity pattern; each call refills the CSR values in place and runs
-  the numeric factorization and the solve.
+  symbolic factorization (``plan()``) run once per sparsity pattern (optionally taken back from an on-disk cache,
+  ``analysis_cache``); each call refills the CSR values in place and runs the numeric factorization and the solve
+  as two direct cuDSS calls on ``b`` and ``x`` (no copies), which the device loop can capture in a CUDA graph.
 - ``"auto"``: cuDSS where it imports and works on a CUDA device, else CuPy, else Warp CG with block-Jacobi on a GPU;
   QDLDL on the CPU where it imports (SciPy when given ``symmetric=False`` or an ``ordering``), else SciPy.
   ``solver.name`` says which was picked (logged once per device with :mod:`logging`) and
