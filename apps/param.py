@@ -58,10 +58,12 @@ class ParamConfig(AppConfig):
         expected_energy_per_area: known minimum of E / A for this mesh (from TinyAD's projected Newton); when set,
             ``check_final`` requires the final E / A within ``expected_rtol`` of it. Null: no such check.
         expected_rtol: relative tolerance of that check.
-        pin_vertex: Newton: this vertex keeps its start uv. The energy does not see translations, so without a pin
-            the projected Hessian is singular along them (its clamped eigenvalues ~projection_eps); pinning one
-            vertex removes only that gauge (the same iterates up to a translation, the same energies) and makes
-            the Hessian positive definite: cuDSS then factorizes by Cholesky. Null: no pin (cuDSS by LU).
+        pin_vertex: Newton: this vertex keeps its start uv; null (the default): no pin. The energy does not see
+            translations, so without a pin the projected Hessian is singular along them (its clamped eigenvalues
+            ~projection_eps) and cuDSS factorizes by LU; one pin removes that gauge (the same minimum and
+            iteration count on the CPU) and cuDSS then factorizes by Cholesky. Not the default: on the H200 2 of 16
+            pinned param/armadillo runs in the captured device loop stopped early at a wrong point (after 57 and
+            4 iterations), none of 7 unpinned ones (benchmarks/README.md, session 11).
     """
 
     device_loop_supported: ClassVar[bool] = True
@@ -77,7 +79,7 @@ class ParamConfig(AppConfig):
     initial_scale: Literal["area", "unit"] = "area"
     expected_energy_per_area: Optional[float] = None
     expected_rtol: float = 1e-5
-    pin_vertex: Optional[int] = 0
+    pin_vertex: Optional[int] = None
 
     def validate(self):
         errors = super().validate()

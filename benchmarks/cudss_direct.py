@@ -130,7 +130,12 @@ def analysis_cache(H, b, b_norm, device, matrix_type) -> dict:
     return rec
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", nargs="*", default=["calls", "capture", "analysis_cache"])
+    args = ap.parse_args(argv)
     wp.config.quiet = True
     from warp_meshad.app import app_class, load_config
 
@@ -146,6 +151,8 @@ def main() -> int:
         rec = {"system": name, "unknowns": problem.variable_count * problem.variable_dim, "matrix_type": mtype}
         for key, fn in (("calls", lambda: calls(H, b, device, mtype)), ("capture", lambda: capture(H, b, device, mtype)),
                         ("analysis_cache", lambda: analysis_cache(H, b, b_norm, device, mtype))):
+            if key not in args.parts:
+                continue
             try:
                 rec[key] = fn()
             except Exception as exc:  # noqa: BLE001 (one failing part must not lose the others)

@@ -123,7 +123,7 @@ def test_param_device_loop_takes_the_host_loops_steps():
 
 
 def test_param_pin_vertex_only_removes_the_translation_gauge():
-    """Pinning one vertex (the default) keeps it at its start and reaches the unpinned run's minimum in as many
+    """Pinning one vertex (``pin_vertex``) keeps it at its start and reaches the unpinned run's minimum in as many
     iterations: the symmetric Dirichlet energy does not see translations. (Step by step the runs agree to ~1e-6 only:
     the unpinned Hessian is singular up to the projection's 1e-9 clamp, so its solves carry round-off amplified by a
     condition number near 1e9.) With cuDSS the pinned projected Hessian is factorized by Cholesky."""

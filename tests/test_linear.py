@@ -3,6 +3,7 @@ the host back-ends copy a GPU system to the host); CuPy/cuDSS/CG on a CUDA devic
 and how it reports why it did not pick cuDSS."""
 
 import math
+import pathlib
 import sys
 import warnings
 
@@ -739,6 +740,24 @@ def test_gpu_cudss_analysis_cache_hands_back_ordering_and_tree(tmp_path):
     np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-9, atol=1e-10)
     with np.load(files[0]) as f:  # rewritten
         assert f["perm"].shape == (dense.shape[0],) and f["tree"].size > 0
+
+
+def test_cudss_analysis_cache_default_follows_the_environment(monkeypatch, tmp_path):
+    """``CudssSolver(analysis_cache=None)``: Warp's kernel cache by default, the folder or "off" the environment
+    variable names; False is off whatever the environment says."""
+    from warp_meshad._src.solve.linear import (ANALYSIS_CACHE_FOLDER, ANALYSIS_CACHE_VARIABLE,
+                                               _check_analysis_cache_option)
+
+    monkeypatch.delenv(ANALYSIS_CACHE_VARIABLE, raising=False)
+    wp.init()
+    assert _check_analysis_cache_option(None) == pathlib.Path(wp.config.kernel_cache_dir) / ANALYSIS_CACHE_FOLDER
+    assert _check_analysis_cache_option(False) is None
+    assert _check_analysis_cache_option(tmp_path) == tmp_path
+    for off in ("0", "off"):
+        monkeypatch.setenv(ANALYSIS_CACHE_VARIABLE, off)
+        assert _check_analysis_cache_option(None) is None
+    monkeypatch.setenv(ANALYSIS_CACHE_VARIABLE, str(tmp_path))
+    assert _check_analysis_cache_option(None) == tmp_path
 
 
 def test_cudss_permutation_option_is_checked():

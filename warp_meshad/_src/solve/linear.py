@@ -1066,7 +1066,8 @@ def _check_permutation_option(permutation) -> np.ndarray | None:
 
 
 ANALYSIS_CACHE_VARIABLE = "WARP_MESHAD_CUDSS_ANALYSIS_CACHE"
-"""Environment variable: ``CudssSolver``'s analysis cache when the option is not given (a folder, or ``auto``)."""
+"""Environment variable: ``CudssSolver``'s analysis cache when the option is not given (a folder, ``auto`` (the
+default) or ``0``/``off``)."""
 ANALYSIS_CACHE_FOLDER = "warp_meshad_cudss"
 """``CudssSolver(analysis_cache="auto")``: this folder in Warp's kernel cache."""
 
@@ -1078,7 +1079,7 @@ def _check_analysis_cache_option(analysis_cache):
     import pathlib
 
     if analysis_cache is None:
-        analysis_cache = os.environ.get(ANALYSIS_CACHE_VARIABLE, "").strip() or False
+        analysis_cache = os.environ.get(ANALYSIS_CACHE_VARIABLE, "").strip() or "auto"
         if analysis_cache in ("0", "off", "false", "no"):
             analysis_cache = False
     if analysis_cache is False:
@@ -1099,9 +1100,6 @@ def _cudss_version() -> int:
     from nvmath.bindings import cudss
 
     return int(cudss.get_property(0)) * 10000 + int(cudss.get_property(1)) * 100 + int(cudss.get_property(2))
-
-
-_TREE_BYTES = 1 << 22  # the partition tree is small (about 2^nd_levels entries); read into this much host memory
 
 
 def _apply_cached_analysis(cudss, solver, path, n: int) -> bool:
@@ -1131,14 +1129,17 @@ def _save_analysis(cudss, solver, path, n: int, log) -> None:
     import tempfile
 
     try:
-        perm = np.empty(n, dtype=np.int32)
-        written = np.zeros(1, dtype=np.uint64)
-        cudss.data_get(solver.handle, solver.data_ptr, cudss.DataParam.PERM_REORDER_ROW, perm.ctypes.data, perm.nbytes,
-                       written.ctypes.data)
-        tree = np.empty(_TREE_BYTES, dtype=np.uint8)
-        cudss.data_get(solver.handle, solver.data_ptr, cudss.DataParam.ND_PARTITION_TREE, tree.ctypes.data,
-                       tree.nbytes, written.ctypes.data)
-        tree = tree[: int(written[0])].copy()
+        out = {}
+        for key, param in (("perm", cudss.DataParam.PERM_REORDER_ROW), ("tree", cudss.DataParam.ND_PARTITION_TREE)):
+            # cuDSS wants the exact size: ask for it first (a null value with size 0 writes the size needed)
+            written = np.zeros(1, dtype=np.uint64)
+            cudss.data_get(solver.handle, solver.data_ptr, param, 0, 0, written.ctypes.data)
+            buf = np.empty(int(written[0]), dtype=np.uint8)
+            cudss.data_get(solver.handle, solver.data_ptr, param, buf.ctypes.data, buf.nbytes, written.ctypes.data)
+            out[key] = buf
+        perm, tree = out["perm"].view(np.int32), out["tree"]
+        if perm.shape != (n,):
+            raise ValueError(f"expected an ordering of {n} rows, cuDSS gave {perm.shape[0]}")
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
@@ -1364,9 +1365,11 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             hands both back to cuDSS (``CUDSS_DATA_USER_PERM`` + ``CUDSS_DATA_USER_ND_PARTITION_TREE``, cuDSS >=
             0.7.1), which then skips its reordering and keeps its factorization speed (an ordering alone costs the
             factorization 5-15x, see ``permutation``). ``"auto"``: the folder ``warp_meshad_cudss`` in Warp's
-            kernel cache (``wp.config.kernel_cache_dir``, beside the toolkit's module records). None: the
-            environment variable ``WARP_MESHAD_CUDSS_ANALYSIS_CACHE`` (a folder or ``auto``) if set, else off.
-            False: off. Ignored with ``permutation``.
+            kernel cache (``wp.config.kernel_cache_dir``, beside the toolkit's module records). None (the
+            default): the environment variable ``WARP_MESHAD_CUDSS_ANALYSIS_CACHE`` (a folder, ``auto``, or ``0`` /
+            ``off`` for none) if set, else ``"auto"``. False: off. Ignored with ``permutation``. Measured on the
+            H200 (benchmarks/README.md, session 11): param/armadillo's analysis 237 ms without, 31 ms with the
+            cached ordering and tree, the same factors (non-zeros, factorization time).
             A file that cannot be read or applied is ignored (cuDSS analyses as usual) and rewritten.
         handle: an existing cuDSS library handle (``nvmath.bindings.cudss.create()``, an int) for the plans of this
             solver, which then neither creates nor destroys one; None: each plan makes its own. cuDSS requires one
