@@ -1123,7 +1123,7 @@ def _apply_cached_analysis(cudss, solver, path, n: int) -> bool:
     return True
 
 
-def _save_analysis(cudss, solver, path, n: int, log) -> None:
+def _save_analysis(cudss, solver, path, n: int) -> None:
     """Write the planned ``solver``'s ordering and partition tree to ``path`` (atomically); failures are logged."""
     import os
     import tempfile
@@ -1146,7 +1146,7 @@ def _save_analysis(cudss, solver, path, n: int, log) -> None:
             np.savez(f, perm=perm, tree=tree)
         os.replace(tmp, path)
     except Exception as exc:
-        log.warning("cudss: could not keep the analysis in %s (%s: %s)", path, type(exc).__name__, exc)
+        _logger.warning("cudss: could not keep the analysis in %s (%s: %s)", path, type(exc).__name__, exc)
 
 
 def _import_nvmath():
@@ -1443,7 +1443,7 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         self.direct_calls = direct_calls
         self.analysis_cache = analysis_cache
         self.analysis_cache_hit = None  # the last plan: True (ordering and tree from the cache), False, None (off)
-        self._dense = None  # direct calls: (handle, b descriptor, x descriptor) of the planned float64 solver
+        self._dense = None  # direct calls: (b descriptor, x descriptor) of the planned float64 solver
         self._factored = None  # the pattern the solver's factors belong to (resolve)
         self._quiet = logging.getLogger("warp_meshad.linear.cudss")
         if self._quiet.level == logging.NOTSET:
@@ -1461,7 +1461,7 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
                 dense, self._dense = self._dense, None
                 if self._solver is not None:  # queued direct calls may still read the descriptors
                     wp.synchronize_device(self._csr_device)
-                for desc in dense[1:]:
+                for desc in dense:
                     cudss.matrix_destroy(desc)
             if self._solver is not None:
                 self._solver.free()
@@ -1527,17 +1527,17 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
                 self.analysis_cache_hit = _apply_cached_analysis(cudss, solver, cache_file, mat.shape[0])
             solver.plan(stream=stream)
             if cache_file is not None and not self.analysis_cache_hit:
-                _save_analysis(cudss, solver, cache_file, mat.shape[0], self._quiet)
+                _save_analysis(cudss, solver, cache_file, mat.shape[0])
         except Exception as exc:
             solver.free()
             if cache_file is None or not self.analysis_cache_hit:
                 raise
             # cuDSS refused the cached ordering and tree: analyse anew (the entry is rewritten)
-            self._quiet.warning("cudss: the cached analysis %s failed (%s: %s); analysing anew", cache_file,
-                                type(exc).__name__, exc)
+            _logger.warning("cudss: the cached analysis %s failed (%s: %s); analysing anew", cache_file,
+                            type(exc).__name__, exc)
             self.analysis_cache_hit = False
             solver = self._direct_solver(mat, rhs, device, use_cache=False)
-            _save_analysis(cudss, solver, cache_file, mat.shape[0], self._quiet)
+            _save_analysis(cudss, solver, cache_file, mat.shape[0])
         except BaseException:
             solver.free()
             raise
@@ -1556,7 +1556,7 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         return h.hexdigest()[:32]
 
     def _direct_descriptors(self):
-        """Direct calls: (handle, b descriptor, x descriptor) for the planned float64 solver, made once per plan."""
+        """Direct calls: (b descriptor, x descriptor) for the planned float64 solver, made once per plan."""
         if self._dense is None:
             from nvmath.bindings import cudss
 
@@ -1570,7 +1570,7 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             except BaseException:
                 cudss.matrix_destroy(bdesc)
                 raise
-            self._dense = (solver.handle, bdesc, xdesc)
+            self._dense = (bdesc, xdesc)
         return self._dense
 
     def _execute_direct(self, b: wp.array, x: wp.array, factorize: bool) -> None:
@@ -1578,8 +1578,9 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         stream with ``b`` and ``x`` as the dense operands (``b`` is copied first where it aliases ``x``)."""
         from nvmath.bindings import cudss
 
-        handle, bdesc, xdesc = self._direct_descriptors()
+        bdesc, xdesc = self._direct_descriptors()
         solver = self._solver
+        handle = solver.handle
         bptr = int(b.ptr)
         if bptr == int(x.ptr) or not b.is_contiguous:
             self._rhs[...] = self._flat(self._cp, b)
@@ -1638,7 +1639,6 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         _check_system(A, b, x)
         _require_cuda(A, self.name)
         device = A.device
-        cp = self._cp
         stream = wp.get_stream(device).cuda_stream
         dev_ctx, stream_ctx = self._stream(device)
         with dev_ctx, stream_ctx:
@@ -1657,19 +1657,13 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
                 self._csr.update_values(A)
                 if self._direct:
                     self._execute_direct(b, x, factorize=True)
-                    factor_ms = self._ms_since(t0, device)
-                    t0 = time.perf_counter()
-                    self._execute_direct(b, x, factorize=False)
-                    solve_ms = self._ms_since(t0, device)
                 else:
-                    self._rhs[...] = self._flat(cp, b)
                     self._solver.factorize(stream=stream)
-                    factor_ms = self._ms_since(t0, device)
+                factor_ms = self._ms_since(t0, device)
 
-                    t0 = time.perf_counter()
-                    sol = self._solver.solve(stream=stream)
-                    self._flat(cp, x)[...] = sol.reshape(-1)
-                    solve_ms = self._ms_since(t0, device)
+                t0 = time.perf_counter()
+                self._apply_native(b, x)
+                solve_ms = self._ms_since(t0, device)
             except ImportError:
                 raise
             except Exception as exc:
@@ -1744,18 +1738,11 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         _check_system(A, b, x)
         if self._solver is None or self._factored != _pattern_key(A):
             return self.solve(A, b, x)
-        cp = self._cp
-        stream = wp.get_stream(A.device).cuda_stream
         dev_ctx, stream_ctx = self._stream(A.device)
         with dev_ctx, stream_ctx:
             t0 = time.perf_counter()
             try:
-                if self._direct:
-                    self._execute_direct(b, x, factorize=False)
-                else:
-                    self._rhs[...] = self._flat(cp, b)  # the solver's own right-hand side buffer: the plan stays valid
-                    sol = self._solver.solve(stream=stream)
-                    self._flat(cp, x)[...] = sol.reshape(-1)
+                self._apply_native(b, x)
             except Exception as exc:
                 self.invalidate_pattern()
                 raise LinearSolveError(f"cudss: {type(exc).__name__}: {exc}") from exc
