@@ -134,7 +134,7 @@ case "$stage" in
         out="/tmp/apps19/${scene//\//_}_$run"
         timeout "${APP_S:-150}" python3 -m warp_meshad run "$scene" --device cuda:0 --headless --quiet --output "$out" \
           > "$OUTDIR/apps19_${scene//\//_}_$run.log" 2>&1
-        python3 -c "import json,sys; m=json.load(open(sys.argv[1])); t=m['time_ms']; c=m.get('compile',{}); print(sys.argv[2], sys.argv[3], 'solve_s', m.get('solve_seconds'), 'run_ms', round(t.get('run',0)), 'compile_ms', round(t.get('compile',0)), 'iterations', m['iterations'], 'E', m['final_energy'], 'E/A', m.get('energy_per_area'))" \
+        python3 -c "import json,sys; m=json.load(open(sys.argv[1])); t=m['time_ms']; c=m.get('compile',{}); print(sys.argv[2], sys.argv[3], 'solve_s', m.get('solve_seconds'), 'run_ms', round(t.get('run',0)), 'compile_ms', round(t.get('compile',0)), 'iterations', m['iterations'], 'E', m['final_energy'], 'E/A', m.get('energy_per_area'), 'check', m.get('check_final'), 'reasons', sorted(set(x.get('reason') for x in r)), 'fallbacks', m.get('steepest_descent_fallbacks'))" \
           "$out/metrics.json" "$scene" "$run" 2>&1 | tee -a "$OUTDIR/apps19.txt"
       done
     done
@@ -144,7 +144,7 @@ case "$stage" in
     # (SCENES) with the host loop, the device loop and the captured device loop (LOOPS; warm: the host-loop run
     # before fills the cache); per run the solve time, the solver's phases, the compile time, iterations and E
     summary() {  # metrics.json -> one line
-      python3 -c "import json,sys; m=json.load(open(sys.argv[1])); t=m['time_ms']; print(*sys.argv[2:], 'solve_s', m.get('solve_seconds'), 'run_ms', round(t.get('run',0)), 'setup_ms', round(t.get('setup',0)), 'compile_ms', round(t.get('compile',0)), 'deriv_ms', round(t.get('solver_derivatives',0)), 'linear_ms', round(t.get('solver_linear_solve',0)), 'ls_ms', round(t.get('solver_line_search',0)), 'iterations', m['iterations'], 'E', m['final_energy'], 'E/A', m.get('energy_per_area'))" "$@" 2>&1 | tee -a "$OUTDIR/apps_loops.txt"
+      python3 -c "import json,sys; m=json.load(open(sys.argv[1])); t=m['time_ms']; r=m.get('per_step') or [{}]; print(*sys.argv[2:], 'solve_s', m.get('solve_seconds'), 'run_ms', round(t.get('run',0)), 'setup_ms', round(t.get('setup',0)), 'compile_ms', round(t.get('compile',0)), 'deriv_ms', round(t.get('solver_derivatives',0)), 'linear_ms', round(t.get('solver_linear_solve',0)), 'ls_ms', round(t.get('solver_line_search',0)), 'iterations', m['iterations'], 'E', m['final_energy'], 'E/A', m.get('energy_per_area'), 'check', m.get('check_final'), 'reasons', sorted(set(x.get('reason') for x in r)), 'fallbacks', m.get('steepest_descent_fallbacks'))" "$@" 2>&1 | tee -a "$OUTDIR/apps_loops.txt"
     }
     start=$(date +%s.%N)
     [ "${COLD:-1}" = 0 ] || WARP_CACHE_PATH=/tmp/coldcache WARP_MESHAD_CACHE_PATH=/tmp/coldcache/gen timeout 300 python3 -m warp_meshad run \
@@ -154,10 +154,12 @@ case "$stage" in
     # EXTRA: more `--set key=value` words for every run (e.g. EXTRA="pin_vertex=null")
     extra=(); for kv in ${EXTRA:-}; do extra+=(--set "$kv"); done
     for scene in ${SCENES:-param/armadillo param/bunny_cut elastic/bunny}; do
+      run=0
       for loop in ${LOOPS:-false false true capture capture}; do
-        out="/tmp/apps/${scene//\//_}_$loop"
+        run=$((run + 1))
+        out="/tmp/apps/${scene//\//_}_${loop}_$run${TAG:-}"  # one folder per run: a failed run's metrics stay
         timeout "${APP_S:-150}" python3 -m warp_meshad run "$scene" --device cuda:0 --headless --quiet --output "$out" \
-          --set device_loop=$loop "${extra[@]}" > "$OUTDIR/apps_${scene//\//_}_$loop.log" 2>&1 || tail -5 "$OUTDIR/apps_${scene//\//_}_$loop.log"
+          --set device_loop=$loop "${extra[@]}" > "$OUTDIR/apps_${scene//\//_}_${loop}_$run.log" 2>&1 || tail -5 "$OUTDIR/apps_${scene//\//_}_${loop}_$run.log"
         summary "$out/metrics.json" "$scene" "device_loop=$loop" ${EXTRA:-}
       done
     done

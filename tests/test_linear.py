@@ -654,6 +654,49 @@ def test_gpu_cudss_spd_or_general_keeps_cholesky_on_spd_and_falls_back_to_lu_oth
         np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-7, atol=1e-8)
 
 
+def _shift_diagonal(A, shift):
+    """Subtract ``shift`` from A's diagonal in place (same pattern: the diagonal blocks are stored)."""
+    nnz = A.nnz_sync()
+    offsets, columns, vals = A.offsets.numpy(), A.columns.numpy()[:nnz], A.values.numpy().copy()
+    rows = np.repeat(np.arange(A.nrow), np.diff(offsets))
+    diagonal = np.flatnonzero(rows == columns)
+    assert len(diagonal) == A.nrow
+    vals[diagonal] -= shift * np.eye(3)
+    A.values.assign(vals)
+
+
+@pytest.mark.gpu
+def test_gpu_cudss_spd_or_general_goes_to_lu_when_a_later_cholesky_is_wrong():
+    """``spd_or_general`` after a good first Cholesky: new values on the same pattern that are indefinite make the
+    next Cholesky fail or come out wrong. :meth:`solve` checks the residual and redoes the solve with LU; inside
+    :meth:`solve_deferred` the queued residual misses :attr:`direction_rtol` and :meth:`direction_rejected` switches
+    to LU (what the device loop does), after which the solve is right."""
+    _require_backend("cudss")
+    from warp_meshad._src.solve.linear import CudssSolver
+
+    for deferred in (False, True):
+        A, dense, b_np, b, x = spd_system(n=50, seed=24, device="cuda:0")
+        solver = CudssSolver(matrix_type="spd_or_general")
+        solver.solve(A, b, x)
+        assert solver.active_matrix_type == "spd" and solver.direction_rtol == CudssSolver.SPD_CHECK_RTOL
+        eig = np.linalg.eigvalsh(dense)
+        shift = 0.5 * (eig[49] + eig[50])  # a third of the spectrum negative
+        _shift_diagonal(A, shift)
+        expected = np.linalg.solve(dense - shift * np.eye(150), b_np)
+        if deferred:
+            residual_sq = wp.zeros(1, dtype=wp.float64, device="cuda:0")
+            solver.solve_deferred(A, b, x, residual_sq)
+            r2 = residual_sq.numpy()[0]
+            assert not (r2 <= (solver.direction_rtol * np.linalg.norm(b_np)) ** 2), r2
+            assert solver.direction_rejected() and not solver.direction_rejected()  # once: LU is for good
+            assert solver.direction_rtol == 0.0
+            solver.solve_deferred(A, b, x, residual_sq)
+        else:
+            solver.solve(A, b, x)
+        assert solver.active_matrix_type == "general"
+        np.testing.assert_allclose(_flat(x), expected, rtol=1e-7, atol=1e-8)
+
+
 @pytest.mark.gpu
 def test_gpu_cudss_user_permutation_gives_the_same_solution():
     """A user ordering (the reverse order, and cuDSS's own handed back) is used by the analysis and solves as well."""

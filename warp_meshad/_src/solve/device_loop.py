@@ -24,9 +24,15 @@ and write one float64 ``state`` array and a per-iteration ``history`` table, bot
   the whole slot is one graph, the numeric factorization and solve included; a failed capture falls back (once per
   runner, logged) to two graphs, the part before the linear solve and the part after it, with the solve queued
   between them outside the graphs. The first slot of the first run runs uncaptured (kernel loading, cuDSS
-  analysis); a later run of the same solver (a time step) replays the graphs from its first slot on.
+  analysis); a later run of the same solver (a time step) replays the graphs from its first slot on, and the
+  derivatives at its start point as one more graph (captured by the second run).
   The last slot of ``max_iterations`` runs uncaptured (gradient only, as the host loop). Capture is refused with a
   ``before_derivatives`` hook (host code).
+- a back-end may ask for a residual bound on its directions (``LinearSolver.direction_rtol``, cuDSS's Cholesky under
+  ``spd_or_general``): a solve whose ``||b - A d||`` exceeds it leaves its point without a direction once (with
+  ``poll=True``); the host sees the rejection at its next read, the back-end switches (cuDSS: to LU, for good) and
+  the next slot solves again at the same point, as the host loop redoes the solve. A second rejection at the same
+  point, or any with ``poll=False``, steps along ``-g`` (``"linear_solve_inaccurate"``).
 
 The iterates are the host loop's to round-off (the same kernels, the same float64 decisions); tested in
 tests/test_device_loop.py. The hooks that need the host between device steps (``NewtonHooks.stop``,
@@ -181,9 +187,11 @@ class DeviceLoopRunner:
         solver, dev, p = self.solver, self.device, self.solver.problem
         backend = solver.linear_solver
         wp.utils.array_inner(self.g, self.solved, out=self.gd)
+        checked = int(backend.defers_checks and backend.compute_residual)
         wp.launch(k.check_direction, dim=1, device=dev,
-                  inputs=[self.gd, self.residual_sq, self.solve_failed, int(backend.defers_checks and
-                          backend.compute_residual), s["tolerance"], wp.float64(solver._max_step()), self.state, self.history])
+                  inputs=[self.gd, self.residual_sq, self.solve_failed, checked, wp.float64(backend.direction_rtol),
+                          int(self.options.poll), s["tolerance"], wp.float64(solver._max_step()), self.state,
+                          self.history])  # fmt: skip
         wp.launch(k.use_direction, dim=p.variable_count, device=dev,
                   inputs=[self.solved, self.g, self.scalar(-1.0), self.state, self.d])
         tries = solver.max_line_search_tries
@@ -213,7 +221,8 @@ class DeviceLoopRunner:
         return key in self._graphs or key + ("whole",) in self._graphs
 
     def _graph_key(self, s) -> tuple:
-        return (tuple((name, float(v)) for name, v in sorted(s.items())), id(self.record), id(self.H))
+        rtol = float(self.solver.linear_solver.direction_rtol)
+        return (tuple((name, float(v)) for name, v in sorted(s.items())), id(self.record), id(self.H), rtol)
 
     def _solve_capturable(self) -> bool:
         backend = self.solver.linear_solver
@@ -239,6 +248,16 @@ class DeviceLoopRunner:
             backend.invalidate_pattern()
             return None
         return whole.graph, info
+
+    def _captured_start(self, s) -> None:
+        """The derivatives at a run's start point as a graph (captured at the first later run that has slot graphs:
+        the Hessian's storage and the kernels exist by then). Kept with the slot graphs and dropped with them."""
+        key = self._graph_key(s) + ("start",)
+        if key not in self._graphs:
+            with wp.ScopedCapture(self.device, force_module_load=False) as start:
+                self._derivatives(True, s)
+            self._graphs[key] = start.graph
+        wp.capture_launch(self._graphs[key])
 
     def _captured_slot(self, infos: list, s) -> None:
         if self._solve_capturable():
@@ -285,9 +304,12 @@ class DeviceLoopRunner:
         wp.copy(self.x, x)
         self.timer.reset()
         infos: list = []
-        self._derivatives(True, s)
+        if self.options.capture and self._has_graphs(s):
+            self._captured_start(s)  # a later run (a time step): the start's derivatives replayed too
+        else:
+            self._derivatives(True, s)
         self.timer.lap("derivatives")
-        iterations_seen, stopped_by_callback = 0, False
+        iterations_seen, stopped_by_callback, rejected = 0, False, 0
         tries_rounds = math.ceil(self.solver.max_line_search_tries / self.options.trials)
         slots = max_iterations if not self.options.poll else max_iterations * tries_rounds
         for slot in range(slots + 1):
@@ -301,6 +323,9 @@ class DeviceLoopRunner:
                         break
                 if state[k.STATUS] != 0.0:
                     break
+                if state[k.REJECTED] > rejected:
+                    rejected = int(state[k.REJECTED])
+                    self._direction_rejected()
                 after = int(state[k.IT]) + 1  # the point this slot's step leads to
             else:
                 after = slot + 1
@@ -318,6 +343,16 @@ class DeviceLoopRunner:
         result.time_ms.update(self.timer.totals_ms())
         result.time_ms["total"] = (time.perf_counter() - t_start) * 1000.0
         return result
+
+    def _direction_rejected(self) -> None:
+        """A solve's residual exceeded the back-end's ``direction_rtol``; its point waits for another solve. Let the
+        back-end react (cuDSS ``spd_or_general``: LU from now on) and drop the graphs that hold the old solve."""
+        backend = self.solver.linear_solver
+        wp.synchronize_device(self.device)
+        if backend.direction_rejected():
+            self._graphs.clear()
+            _logger.info("device loop: a linear solve missed its residual tolerance; %s changed its method",
+                         backend.name)
 
     def _fill(self, result, record: np.ndarray, infos: list, stopped_by_callback: bool) -> None:
         state = record[: k.STATE_SIZE]

@@ -19,14 +19,16 @@ GNORM = wp.constant(3)  # ||g|| at x_it (free variables)
 DD = wp.constant(4)  # g . d of the direction used
 PHASE = wp.constant(5)  # 0: x_it needs a direction; 1: its line search is under way
 FRESH = wp.constant(6)  # 1 when this slot computed a new direction
-FALLBACK = wp.constant(7)  # 0 none, 1 not a descent direction, 2 the linear solve failed
+FALLBACK = wp.constant(7)  # 0 none, else a FALLBACKS code
 ALPHA = wp.constant(8)  # the next (or accepted) trial step
 TRIES = wp.constant(9)  # energy evaluations of the line search so far
 ACCEPTED = wp.constant(10)  # 1 once a trial passed
 F_NEW = wp.constant(11)  # energy of the accepted trial
 ITERATIONS = wp.constant(12)  # line searches finished (SolveResult.iterations)
 SLOT = wp.constant(13)  # slots launched (1-based index of the current one)
-STATE_SIZE = 14
+REJECTED = wp.constant(14)  # linear solves whose direction was rejected for its residual and redone (the host reacts)
+REDO_AT = wp.constant(15)  # 1 + the point whose solve was last redone (one redo per point)
+STATE_SIZE = 16
 
 # history columns (float64 table [max_iterations + 1, HISTORY_SIZE], one row per point x_it)
 H_ENERGY = wp.constant(0)
@@ -59,7 +61,7 @@ REASONS = {
     7: "non_finite_gradient",
 }
 CONVERGED = ("gradient_norm", "newton_decrement", "energy_change")
-FALLBACKS = {1: "not_descent_direction", 2: "linear_solve_failed"}
+FALLBACKS = {1: "not_descent_direction", 2: "linear_solve_failed", 3: "linear_solve_inaccurate"}
 
 
 @wp.func
@@ -109,6 +111,8 @@ def check_direction(
     residual_sq: wp.array(dtype=Any),
     solve_failed: wp.array(dtype=wp.int32),
     check_residual: int,
+    residual_rtol: wp.float64,
+    redo: int,
     tolerance: wp.float64,
     max_step: wp.float64,
     state: wp.array(dtype=wp.float64),
@@ -127,6 +131,17 @@ def check_direction(
         fallback = 2
     elif check_residual != 0 and not wp.isfinite(wp.float64(residual_sq[0])):
         fallback = 2
+    elif check_residual != 0 and residual_rtol > wp.float64(0.0) and wp.float64(residual_sq[0]) > (
+        residual_rtol * residual_rtol * state[GNORM] * state[GNORM]
+    ):
+        # ||b - A d|| > rtol ||b|| (b = -g on the free variables): e.g. Cholesky on a matrix that is not positive
+        # definite gives a finite wrong answer. Once per point, leave the point without a direction: the host sees
+        # REJECTED grow at its next read, lets the back-end react (cuDSS: LU from now on) and the next slot solves again
+        if redo != 0 and state[REDO_AT] != wp.float64(it + 1):
+            state[REDO_AT] = wp.float64(it + 1)
+            state[REJECTED] = state[REJECTED] + wp.float64(1.0)
+            return
+        fallback = 3
     elif not wp.isfinite(dd) or dd >= wp.float64(0.0):
         fallback = 1
     if fallback != 0:

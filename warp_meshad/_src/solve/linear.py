@@ -352,6 +352,18 @@ class LinearSolver:
     """Whether :meth:`solve_deferred` leaves the residual check on the device (CuPy, cuDSS); the host back-ends and
     CG check on the host, as in :meth:`solve`."""
 
+    @property
+    def direction_rtol(self) -> float:
+        """Relative residual ``||b - A x|| / ||b||`` above which the device loop rejects a deferred solve's direction
+        (0: any finite residual passes). Only back-ends that can act on a rejection (:meth:`direction_rejected`) set
+        one: cuDSS's Cholesky under ``matrix_type="spd_or_general"``."""
+        return 0.0
+
+    def direction_rejected(self) -> bool:
+        """The device loop rejected the last deferred solve for its residual: change the method if there is another
+        one to try (True; cuDSS ``spd_or_general``: LU from now on), else False."""
+        return False
+
     def __init__(self, compute_residual: bool = True):
         self.compute_residual = bool(compute_residual)
         self._pattern = None
@@ -1320,8 +1332,10 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             ``"spd_or_general"``: Cholesky until a factorization fails, then LU for good (:attr:`active_matrix_type`
             says which). A failure is, after the first factorization of a plan, a non-zero cuDSS ``info`` or a
             residual above :attr:`SPD_CHECK_RTOL` times ``||b||`` (read on the host even inside
-            :meth:`solve_deferred`), and after any later one a residual that is not finite (:meth:`solve` only);
-            the failed solve is redone with LU, after a new analysis. Projected Hessians with pinned variables (or
+            :meth:`solve_deferred`), and after any later one a residual that is not finite or above
+            :attr:`SPD_CHECK_RTOL` times ``||b||`` (:meth:`solve`; inside :meth:`solve_deferred` the device loop
+            checks it, :attr:`direction_rtol`, and calls :meth:`direction_rejected`); the failed solve is redone
+            with LU, after a new analysis. Projected Hessians with pinned variables (or
             a mass term) are SPD: on the 1M-tet box of ``newton_tet.py`` Cholesky factorizes in 462 ms against
             LU's 889 ms (H200); without pins a projected Hessian keeps its rigid null space (param), where Cholesky
             fails once and LU takes over. ``NewtonSolver`` asks for it when it projects and pins.
@@ -1620,6 +1634,17 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         # a failed Cholesky may give NaN or, with cuDSS's pivot perturbation, a finite wrong answer
         return not (math.isfinite(residual) and residual <= self.SPD_CHECK_RTOL * b_norm)
 
+    @property
+    def direction_rtol(self) -> float:
+        """:attr:`SPD_CHECK_RTOL` while ``spd_or_general`` factors by Cholesky (a matrix that stopped being positive
+        definite can give a finite wrong answer), else 0 (LU's and a chosen type's directions pass when finite)."""
+        if self.matrix_type == "spd_or_general" and self.active_matrix_type == "spd":
+            return self.SPD_CHECK_RTOL
+        return 0.0
+
+    def direction_rejected(self) -> bool:
+        return self._to_lu()
+
     def _to_lu(self) -> bool:
         """Switch ``spd_or_general`` from Cholesky to LU for good (True), or say there is nothing to switch (False)."""
         if self.matrix_type != "spd_or_general" or self.active_matrix_type != "spd":
@@ -1672,10 +1697,16 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         if self._first_cholesky_failed(A, b, x) and self._to_lu():
             return self._redone_by_lu(A, b, x, analysis_ms + factor_ms + solve_ms)
         residual = self._residual(A, b, x)
-        if not math.isfinite(residual) and self.compute_residual and self._deferred is None:
-            if self._to_lu():
+        if self.compute_residual and self._deferred is None:
+            if not math.isfinite(residual):
+                if self._to_lu():
+                    return self._redone_by_lu(A, b, x, analysis_ms + factor_ms + solve_ms)
+                raise LinearSolveError(f"cudss: residual is {residual} (singular matrix?)")
+            # a later Cholesky on a matrix that stopped being positive definite: finite but wrong (the device loop
+            # checks the same bound on the device, direction_rtol)
+            rtol = self.direction_rtol
+            if rtol > 0.0 and residual > rtol * norm(b) and self._to_lu():
                 return self._redone_by_lu(A, b, x, analysis_ms + factor_ms + solve_ms)
-            raise LinearSolveError(f"cudss: residual is {residual} (singular matrix?)")
         self._factored = _pattern_key(A)
         return LinearSolveInfo(self.name, 1, residual, analysis_ms, factor_ms, solve_ms)
 

@@ -80,7 +80,9 @@ class SolveResult:
             finite: an indefinite Hessian without projection, a bad L-BFGS pair), ``"linear_solve_failed"`` (the
             back-end raised :class:`~warp_meshad._src.solve.linear.LinearSolveError`: singular or non-finite matrix; or
             Newton-CG's Hessian-vector product was not finite), ``"negative_curvature"`` (Newton-CG's first CG
-            direction had ``p . H p <= 0``).
+            direction had ``p . H p <= 0``), ``"linear_solve_inaccurate"`` (device loop only: a deferred solve's
+            residual exceeded the back-end's ``direction_rtol`` at a point whose solve was already redone, or with
+            ``DeviceLoop(poll=False)``).
         linear_converged: per iteration of a Newton-type solver, whether its linear solve met its tolerance (False
             for an iterative solve stopped at its iteration cap, and for a failed solve).
         linear_solves_capped: linear solves (CG: the back-end's or Newton-CG's inner CG) that stopped at their
