@@ -214,10 +214,16 @@ def batched(configs, size: int, jobs: int = 0) -> tuple[dict, list[dict]]:
 
 
 def _check(reference: list[dict], rows: list[dict]) -> dict:
-    rel = [abs(a["energy"] - b["energy"]) / abs(a["energy"]) for a, b in zip(reference, rows)]
-    its = [abs(a["iterations"] - b["iterations"]) for a, b in zip(reference, rows)]
-    return {"max_energy_rel_diff": float(max(rel)), "max_iteration_diff": int(max(its)),
-            "same": bool(max(rel) <= 1e-8 and max(its) <= 1)}
+    """Each mesh's row against the reference's row of the same name (run_batch's rows come in its own order)."""
+    by_name = {r["name"]: r for r in rows}
+    missing = [a["name"] for a in reference if a["name"] not in by_name]
+    pairs = [(a, by_name[a["name"]]) for a in reference if a["name"] in by_name]
+    rel = [abs(a["energy"] - b["energy"]) / abs(a["energy"]) for a, b in pairs]
+    its = [abs(a["iterations"] - b["iterations"]) for a, b in pairs]
+    close = sum(1 for r, i in zip(rel, its) if r <= 1e-8 and i <= 1)
+    return {"max_energy_rel_diff": float(max(rel)), "max_iteration_diff": int(max(its)), "compared": len(pairs),
+            "missing": missing[:10], "meshes_same": close,
+            "same": bool(not missing and max(rel) <= 1e-8 and max(its) <= 1)}
 
 
 def main(argv=None) -> int:
@@ -314,6 +320,11 @@ def main(argv=None) -> int:
             rows = run(method, lambda: go())
             if reference is not None:
                 records[-1].update(_check(reference, rows))
+                r = records[-1]
+                print(f"  {method}: {records[0]['total_s'] / r['total_s']:.2f}x against one at a time, same results: "
+                      f"{r['same']} ({r['meshes_same']} of {r['compared']} meshes within 1e-8 and +-1 iteration; "
+                      f"largest E rel {r['max_energy_rel_diff']:.1e}, iterations +-{r['max_iteration_diff']})",
+                      flush=True)
         except Exception as exc:  # Ray missing or failing: recorded, the rest goes on
             records.append({"method": method, "error": f"{type(exc).__name__}: {exc}"})
             print(json.dumps(records[-1]), flush=True)

@@ -235,8 +235,9 @@ def orderings(name, problem, x0, device) -> dict:
 def analyses_in_threads(apps, device, workers=(1, 4, 8)) -> dict:
     """Whether cuDSS's analyses (host reordering) of several meshes run in parallel in threads of one process: each
     mesh's projected Hessian at its start is solved by a new ``CudssSolver`` (CSR build, analysis, factorization,
-    solve), in the order of ``workers``: 1 is one after the other, 0 the same with one shared cuDSS handle, n > 1 a
-    thread pool of n (crashed the process on the H200 with 4)
+    solve), in the order of ``workers``: 1 is one after the other (no analysis cache), 0 the same with one shared cuDSS
+    handle, -1 the same with an analysis cache in a fresh folder (misses the first time, hits after), n > 1 a thread
+    pool of n (crashed the process on the H200 with 4)
     (nvmath's binding releases the GIL around cuDSS's calls). Per pool size: the wall s for all meshes, the sum of
     the analyses' ms, and the largest relative difference of the solutions from the one-after-the-other run."""
     from concurrent.futures import ThreadPoolExecutor
@@ -251,10 +252,14 @@ def analyses_in_threads(apps, device, workers=(1, 4, 8)) -> dict:
 
     shared = {}
 
-    def first_solve(system, handle=None):
+    import tempfile
+
+    cache_dir = tempfile.mkdtemp(prefix="cudss_analysis_cache_")
+
+    def first_solve(system, handle=None, cache=False):
         H, b = system
         x = wp.zeros_like(b)
-        info = linear.CudssSolver(handle=handle).solve(H, b, x)
+        info = linear.CudssSolver(handle=handle, analysis_cache=cache).solve(H, b, x)
         return info.analysis_ms, x.numpy()
 
     rec = {"meshes": len(apps), "unknowns": int(sum(a.problem.variable_count * 2 for a in apps)), "pools": {}}
@@ -267,6 +272,8 @@ def analyses_in_threads(apps, device, workers=(1, 4, 8)) -> dict:
 
                 shared["handle"] = cudss.create()
             out = [first_solve(sy, shared["handle"]) for sy in systems]
+        elif n == -1:  # one after the other with an analysis cache: a miss for each mesh the first time, then hits
+            out = [first_solve(sy, cache=cache_dir) for sy in systems]
         elif n == 1:
             out = [first_solve(sy) for sy in systems]
         else:
@@ -278,7 +285,8 @@ def analyses_in_threads(apps, device, workers=(1, 4, 8)) -> dict:
         if reference is None:
             reference = xs
         diff = max(float(np.abs(x - r).max() / max(np.abs(r).max(), 1e-300)) for x, r in zip(xs, reference))
-        key = f"{k}: " + ("1 thread, one shared handle" if n == 0 else f"{n} thread" + ("s" if n > 1 else ""))
+        key = f"{k}: " + {0: "1 thread, one shared handle", -1: "1 thread, analysis cache"}.get(
+            n, f"{n} thread" + ("s" if n > 1 else ""))
         rec["pools"][key] = {"wall_s": wall, "analysis_ms_sum": float(sum(ms for ms, _ in out)),
                              "max_rel_diff_vs_serial": diff}
         print(f"{key}: {json.dumps(rec['pools'][key])}", flush=True)
@@ -305,8 +313,9 @@ def main(argv=None) -> int:
         meshes = sorted(pathlib.Path(args.patches).glob("*.obj"))[: args.batch]
         apps = [app_class("param")(load_config("param/patches", flags=flags, overrides={"mesh": str(m)}))
                 for m in meshes]
-        # serial, serial with one handle, serial again (drift), then the pools (last: they crashed once)
-        rec = analyses_in_threads(apps, device, [1, 0, 1] + [n for n in args.threads if n > 1])
+        # serial, serial with one handle, serial again (drift), serial with an analysis cache twice (misses, then
+        # hits), then the pools (last: they crashed once); the plain runs with the cache off
+        rec = analyses_in_threads(apps, device, [1, 0, 1, -1, -1] + [n for n in args.threads if n > 1])
         print(json.dumps(rec, default=float), flush=True)
         return 0
     a = app_class("param")(load_config("param/armadillo", flags=flags))

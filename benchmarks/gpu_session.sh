@@ -119,7 +119,7 @@ case "$stage" in
     # kernels/ mapping of /tmp/pkg (session 9's Ray workers failed to import warp_meshad.kernels from there)
     (cd /tmp && BENCH_OUT="$OUTDIR" timeout "${BATCH_S:-330}" python3 -m benchmarks.batch_param --meshes /tmp/patches \
       --device cuda:0 --batch-sizes ${BATCH_SIZES:-200 50} --build-jobs ${BUILD_JOBS:-12} \
-      --ray-workers ${RAY_WORKERS:-2 4}) > "$OUTDIR/batch_param_gpu.log" 2>&1
+      --ray-workers ${RAY_WORKERS:-2 4} --runner-batch-size ${RUNNER_B:-50} ${EXTRA20:-}) > "$OUTDIR/batch_param_gpu.log" 2>&1
     echo "batch_param gpu rc $?"; grep -v "^Module\|^Warp\|^   " "$OUTDIR/batch_param_gpu.log" | tail -14 | cut -c1-400
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 BENCH_OUT="$OUTDIR" timeout "${CPU_S:-200}" python3 -m benchmarks.batch_param \
       --meshes /tmp/patches --device cpu --max-faces ${CPU_FACES:-5000} --ray-only --ray-workers 1 2 \
@@ -134,7 +134,7 @@ case "$stage" in
         out="/tmp/apps19/${scene//\//_}_$run"
         timeout "${APP_S:-150}" python3 -m warp_meshad run "$scene" --device cuda:0 --headless --quiet --output "$out" \
           > "$OUTDIR/apps19_${scene//\//_}_$run.log" 2>&1
-        python3 -c "import json,sys; m=json.load(open(sys.argv[1])); t=m['time_ms']; c=m.get('compile',{}); print(sys.argv[2], sys.argv[3], 'solve_s', m.get('solve_seconds'), 'run_ms', round(t.get('run',0)), 'compile_ms', round(t.get('compile',0)), 'iterations', m['iterations'], 'E', m['final_energy'], 'E/A', m.get('energy_per_area'), 'check', m.get('check_final'), 'reasons', sorted(set(x.get('reason') for x in r)), 'fallbacks', m.get('steepest_descent_fallbacks'))" \
+        python3 -c "import json,sys; m=json.load(open(sys.argv[1])); t=m['time_ms']; r=m.get('per_step') or [{}]; print(sys.argv[2], sys.argv[3], 'solve_s', m.get('solve_seconds'), 'run_ms', round(t.get('run',0)), 'compile_ms', round(t.get('compile',0)), 'iterations', m['iterations'], 'E', m['final_energy'], 'E/A', m.get('energy_per_area'), 'check', m.get('check_final'), 'reasons', sorted(set(x.get('reason') for x in r)), 'fallbacks', m.get('steepest_descent_fallbacks'))" \
           "$out/metrics.json" "$scene" "$run" 2>&1 | tee -a "$OUTDIR/apps19.txt"
       done
     done
