@@ -217,7 +217,7 @@ class App(_AppBase):
         data.edge_vertex_indices = wp.array(edges, dtype=wp.int32, device=dev)
         data.rotation = self.rotation
         self.data = data
-        self.problem = wm.Problem(n, 3, wp.float64, dev)
+        self.problem = wm.Problem(n, 3, wp.float64, dev, deterministic=self.config.deterministic)
         self.problem.add_term(edges, arap, data, name="arap")
         # E is quadratic in x' with the PSD Hessian 2 L (x) I (even where cotangent weights are negative): no projection
         self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=False,

@@ -154,7 +154,7 @@ class App(_AppBase):
         self.masses = c.mass * vertex_area / vertex_area.sum()
         self.rest = self.mesh.edge_lengths()
 
-        self.problem = wm.Problem(n, 3, self.dtype, dev)
+        self.problem = wm.Problem(n, 3, self.dtype, dev, deterministic=self.config.deterministic)
         springs = MassSpringData(scalar)
         springs.rest = wp.array(self.rest, dtype=scalar, device=dev)
         springs.stiffness = scalar(c.stiffness)

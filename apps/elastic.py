@@ -236,7 +236,7 @@ class App(_AppBase):
         self.rest_volumes = mesh.volumes()
         self.masses = c.density * mesh.vertex_volumes()
 
-        self.problem = wm.Problem(n, 3, wp.float64, dev)
+        self.problem = wm.Problem(n, 3, wp.float64, dev, deterministic=self.config.deterministic)
         if c.material == "stable_neo_hookean":
             self.mu, self.lam = stable_neo_hookean_lame(c.young, c.poisson)
             elastic = StableNeoHookeanData()

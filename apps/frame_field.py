@@ -290,7 +290,7 @@ class App(_AppBase):
         self.face_data = face
 
         # weight 2: the energy is the plain sum of squared residuals (TinyAD's eval_sum_of_squares)
-        self.problem = wm.Problem(mesh.face_count, 4, wp.float64, dev)
+        self.problem = wm.Problem(mesh.face_count, 4, wp.float64, dev, deterministic=self.config.deterministic)
         self.problem.add_residual_term(mesh.edge_faces, polyvector_smoothness, edge, weight=2.0, name="smoothness")
         self.problem.add_residual_term(mesh.edge_faces, polycurl, edge, weight=2.0, name="polycurl")
         faces = np.arange(mesh.face_count, dtype=np.int32)[:, None]

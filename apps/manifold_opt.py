@@ -236,7 +236,7 @@ class App(_AppBase):
         self.v = wp.zeros(n, dtype=wp.vec2d, device=dev)
         wp.launch(_recenter, dim=n, inputs=[self.v, data.points, data.tangent1, data.tangent2], device=dev)
 
-        self.problem = wm.Problem(n, 2, wp.float64, dev)
+        self.problem = wm.Problem(n, 2, wp.float64, dev, deterministic=self.config.deterministic)
         self.problem.add_term(mesh.faces, sphere_embedding, data, name="sphere_embedding")
         if c.solver == "newton":
             self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=True)

@@ -174,7 +174,7 @@ class App(_AppBase):
 
         data = SymmetricDirichletData(wp.float64, rest_inverse=wp.array(self.rest_inverse, dtype=wp.mat22d, device=dev),
                                       area=wp.array(mesh.face_areas(), dtype=wp.float64, device=dev))
-        self.problem = wm.Problem(mesh.vertex_count, 2, wp.float64, dev)
+        self.problem = wm.Problem(mesh.vertex_count, 2, wp.float64, dev, deterministic=self.config.deterministic)
         self.problem.add_term(mesh.faces, symmetric_dirichlet, data, name="symmetric_dirichlet")
         if c.pin_vertex is not None and c.pin_vertex >= mesh.vertex_count:
             raise ValueError(f"param: pin_vertex: expected a vertex index below {mesh.vertex_count} (the vertices of "

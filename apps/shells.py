@@ -44,7 +44,7 @@ does not descend), with ``fallback_reasons``.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import numpy as np
 import warp as wp
@@ -99,6 +99,7 @@ class ShellsConfig(AppConfig):
         cg_max_iterations: iteration cap of the ``"cg"`` linear solver (0: no cap).
     """
 
+    deterministic_supported: ClassVar[bool] = False  # the contact terms are interaction terms
     app: str = "shells"
     dtype: Literal["float64"] = "float64"
     solver: Literal["newton"] = "newton"

@@ -77,7 +77,7 @@ class App(_AppBase):
         super().__init__(config, prepared)
         c = self.config
         mesh = self.mesh
-        self.problem = wm.Problem(mesh.vertex_count, 3, wp.float64, self.device)
+        self.problem = wm.Problem(mesh.vertex_count, 3, wp.float64, self.device, deterministic=c.deterministic)
         if c.energy == "area":
             self.problem.add_term(mesh.faces, surface_area, name="area")
         else:

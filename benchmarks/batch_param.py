@@ -148,12 +148,12 @@ class _Phases:
         return {k: round(v, 4) for k, v in sorted(self.sums.items())}
 
 
-def _configs(flags, meshes):
+def _configs(flags, meshes, extra=None):
     from warp_meshad.app import load_config
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="batch_param_"))
-    return [load_config("param/patches", overrides={"mesh": str(m), "output": str(tmp / m.stem)}, flags=flags)
-            for m in meshes]
+    return [load_config("param/patches", overrides={"mesh": str(m), "output": str(tmp / m.stem), **(extra or {})},
+                        flags=flags) for m in meshes]  # fmt: skip
 
 
 def _build(configs, ahead=None, first: int = 0):
@@ -244,6 +244,10 @@ def main(argv=None) -> int:
                              "batches built ahead")
     parser.add_argument("--ray-only", action="store_true",
                         help="only the Ray runs (e.g. 1 against 2 workers on the CPU), no one-at-a-time reference")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="the scene with deterministic: true (no float atomics in the assembly)")
+    parser.add_argument("--repeat-reference", action="store_true",
+                        help="run the one-at-a-time reference twice and compare the runs (the GPU's run-to-run spread)")
     args = parser.parse_args(argv)
 
     import warp as wp
@@ -258,8 +262,9 @@ def main(argv=None) -> int:
         meshes = [m for m in meshes if TriMesh.from_file(m).face_count <= args.max_faces]
     meshes = meshes[: args.count]
     flags = {"--device": {"device": args.device}} if args.device else {}
-    base = load_config("param/patches", flags=flags)
-    configs = _configs(flags, meshes)
+    extra = {"deterministic": True} if args.deterministic else {}
+    base = load_config("param/patches", flags=flags, overrides=extra)
+    configs = _configs(flags, meshes, extra)
     device = str(_build(configs[:1])[0].device)
     print(f"{NAME}: {len(meshes)} meshes from {args.meshes} on {device}", flush=True)
 
@@ -288,6 +293,13 @@ def main(argv=None) -> int:
         its = [r["iterations"] for r in reference]
         print(f"  faces {min(faces)}-{max(faces)} (total {sum(faces)}), iterations {min(its)}-{max(its)} "
               f"(median {int(np.median(its))})", flush=True)
+        if args.repeat_reference:
+            rows = run("one_at_a_time_again", one_at_a_time, _configs(flags, meshes, extra))
+            records[-1].update(_check(reference, rows))
+            r = records[-1]
+            print(f"  the reference again: same results: {r['same']} ({r['meshes_same']} of {r['compared']} within "
+                  f"1e-8 and +-1 iteration; largest E rel {r['max_energy_rel_diff']:.1e}, iterations "
+                  f"+-{r['max_iteration_diff']})", flush=True)
     for jobs in ([] if args.ray_only or args.skip_reference else args.build_jobs):
         rows = run(f"one_at_a_time_ahead_{jobs}", one_at_a_time, configs, jobs)
         records[-1].update(_check(reference, rows))
@@ -356,7 +368,7 @@ def main(argv=None) -> int:
               + f" against {ray[0]['method']}", flush=True)
 
     path = out_dir() / f"{NAME}.json"
-    payload = {"benchmark": NAME, "device": device, "meshes": len(meshes), "source": str(args.meshes),
+    payload = {"benchmark": NAME, "device": device, "deterministic": bool(args.deterministic), "meshes": len(meshes), "source": str(args.meshes),
                "date": time.strftime("%Y-%m-%d"), "records": records, "per_mesh_reference": reference}
     if not str(device).startswith("cuda"):
         path = out_dir() / f"{NAME}_cpu.json"

@@ -23,6 +23,8 @@ if [ ! -d /tmp/site/warp ]; then
     python3 -c "import tarfile; tarfile.open('/tmp/gpu/site.tar.xz').extractall('/tmp/site')" || exit 3
   fi
 fi
+# zip drops the exec bits: Ray's own servers (gcs_server, raylet) need them back
+[ -d /tmp/site/ray ] && find /tmp/site/ray -type f \( -path "*core/src*" -o -path "*/bin/*" \) -exec chmod u+x {} +
 # pure-Python wheels the host lacks (trimesh): `pip download --no-deps -d .gpu/whl trimesh`
 for w in .gpu/whl/*.whl; do
   [ -f "$w" ] && python3 -m zipfile -e "$w" /tmp/site

@@ -141,6 +141,31 @@ def test_param_pin_vertex_only_removes_the_translation_gauge():
     np.testing.assert_allclose(pinned.energy_per_area, free.energy_per_area, rtol=1e-8)
 
 
+@pytest.mark.device
+def test_param_deterministic_repeats_bitwise_and_reaches_the_same_minimum():
+    """``deterministic: true`` builds the problem without float atomics: two runs give bitwise the same uv (on a GPU
+    too, where the atomics' order varies), with the default assembly's iterations and minimum (to round-off)."""
+    runs = []
+    for det in (True, True, False):
+        app = make_app("param", "bunny_cut", deterministic=det)
+        assert app.problem.deterministic is det
+        app.run()
+        runs.append(app)
+    np.testing.assert_array_equal(runs[1].uv_coordinates(), runs[0].uv_coordinates())
+    assert runs[1].energy == runs[0].energy
+    assert abs(runs[0].history[-1]["iterations"] - runs[2].history[-1]["iterations"]) <= 1
+    np.testing.assert_allclose(runs[0].energy, runs[2].energy, rtol=1e-9)
+
+
+def test_deterministic_is_refused_where_contact_terms_have_no_such_assembly():
+    from warp_meshad.apps.shells import ShellsConfig
+
+    errors = dict(ShellsConfig(deterministic=True).validate())
+    assert "expected false (the shells app's contact terms have no deterministic assembly)" in errors["deterministic"]
+    assert "deterministic" not in dict(small(ROOT / "configs" / "param" / "bunny_cut.yaml", deterministic=True)
+                                       .validate())  # fmt: skip
+
+
 def test_device_loop_auto_is_the_captured_loop_on_cuda_only_for_apps_that_take_it():
     from warp_meshad._src.solve.device_loop import DeviceLoop
 

@@ -99,6 +99,10 @@ class AppConfig(ConfigModel):
             ``NewtonSolver(device_loop=True)``), ``"capture"`` (the same replayed as CUDA graphs; CUDA only, the host
             loop on the CPU), ``"auto"`` (the default: ``"capture"`` on a CUDA device for those apps, else the host
             loop).
+        deterministic: assemble without float atomics (``Problem(deterministic=True)``): every element writes its
+            contributions to its own slots, summed in a fixed order, so a run on a GPU repeats bitwise (with the
+            atomics, the summation order varies and long non-convex solves can end 1e-5 apart). Slower; not for
+            apps with contact (interaction terms).
         steps: number of ``step()`` calls of a run (time steps, or solver rounds).
         iterations: solver iteration cap per step.
         tolerance: solver tolerance (Newton decrement for Newton-type solvers, else gradient norm).
@@ -123,6 +127,7 @@ class AppConfig(ConfigModel):
     solver: str = "newton"
     linear_solver: Literal[LINEAR_SOLVER_NAMES] = "auto"
     device_loop: Union[bool, Literal["capture", "auto"]] = "auto"
+    deterministic: bool = False
     steps: int = 10
     iterations: int = 20
     tolerance: float = 1e-8
@@ -142,6 +147,8 @@ class AppConfig(ConfigModel):
     mesh_suffixes: ClassVar[tuple[str, ...]] = (".obj", ".off", ".ply")
     # the apps whose Newton solver takes ``device_loop`` (no host-side hooks) set it
     device_loop_supported: ClassVar[bool] = False
+    # the apps whose problems have interaction terms (no deterministic assembly yet) clear it
+    deterministic_supported: ClassVar[bool] = True
 
     def validate(self) -> list[tuple[str, str]]:
         """Checks across fields and of values; returns (key, message) pairs (empty when valid).
@@ -165,6 +172,9 @@ class AppConfig(ConfigModel):
         if self.device_loop not in (False, "auto") and not self.device_loop_supported:
             errors.append(("device_loop", f"expected false (the {self.app or 'app'} app's solver runs host-side steps "
                                           f"between device steps), got {self.device_loop!r}"))
+        if self.deterministic and not self.deterministic_supported:
+            errors.append(("deterministic", f"expected false (the {self.app or 'app'} app's contact terms have no "
+                                            "deterministic assembly), got true"))
         if self.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
             errors.append(("device", f"expected 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"))
         return errors
