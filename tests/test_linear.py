@@ -820,6 +820,8 @@ def test_cudss_permutation_option_is_checked():
         CudssSolver(analysis_cache=3)
     with pytest.raises(ValueError, match="direct_calls: expected a bool"):
         CudssSolver(direct_calls="yes")
+    with pytest.raises(ValueError, match="deterministic: expected a bool"):
+        CudssSolver(deterministic=1)
 
 
 @pytest.mark.gpu
@@ -884,6 +886,7 @@ _CUDSS_OPTIONS = [
     {"factor_dtype": "float32", "reuse_factorization": 2, "refine_budget": None},
     {"matrix_type": "spd", "reuse_factorization": 3, "refine_budget": None},
     {"execution": "hybrid"},
+    {"deterministic": True},
 ]
 
 

@@ -99,10 +99,11 @@ class AppConfig(ConfigModel):
             ``NewtonSolver(device_loop=True)``), ``"capture"`` (the same replayed as CUDA graphs; CUDA only, the host
             loop on the CPU), ``"auto"`` (the default: ``"capture"`` on a CUDA device for those apps, else the host
             loop).
-        deterministic: assemble without float atomics (``Problem(deterministic=True)``): every element writes its
-            contributions to its own slots, summed in a fixed order, so a run on a GPU repeats bitwise (with the
-            atomics, the summation order varies and long non-convex solves can end 1e-5 apart). Slower; not for
-            apps with contact (interaction terms).
+        deterministic: assemble without float atomics (``Problem(deterministic=True)``: every element writes its
+            contributions to its own slots, summed in a fixed order) and factor with cuDSS's deterministic mode,
+            so that a run repeats bitwise. On the CPU it does; on the H200 the assembly alone did not make param
+            repeat (session 12: cuDSS's answers on its singular Hessians differed run to run), and cuDSS's mode
+            is not yet measured there. Not for apps with contact (interaction terms).
         steps: number of ``step()`` calls of a run (time steps, or solver rounds).
         iterations: solver iteration cap per step.
         tolerance: solver tolerance (Newton decrement for Newton-type solvers, else gradient norm).

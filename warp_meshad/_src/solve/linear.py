@@ -1388,8 +1388,13 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         handle: an existing cuDSS library handle (``nvmath.bindings.cudss.create()``, an int) for the plans of this
             solver, which then neither creates nor destroys one; None: each plan makes its own. cuDSS requires one
             handle per value type (float32 and float64 systems must not share one), and a plan of a small system
-            costs about 90 ms on the H200, against 1.2 s for 50 patches analysed as one matrix: whether sharing a
-            handle removes that fixed cost is not yet measured (``cudss_calls.py --threads``).
+            costs about 90 ms on the H200, against 1.2 s for 50 patches analysed as one matrix. Sharing a handle
+            does not remove that fixed cost (50 patches: 4.22 s against 4.26-4.41 s, session 12).
+        deterministic: cuDSS's deterministic mode (``CUDSS_CONFIG_DETERMINISTIC_MODE``, set before the plan): the
+            factorization and solve repeat bitwise run to run. Without it, two solves of the same matrix may differ
+            at round-off; on a singular system (param without pins: the rigid motions) by far more, as the component
+            along the null space is arbitrary. ``NewtonSolver`` asks for it for a ``Problem(deterministic=True)``.
+            Not yet run on a GPU.
 
     Not for concurrent use: planning several solvers at once from a thread pool (one solver per thread) crashed the
     process on the H200 (segmentation fault; ``cudss_calls.py --threads 4``). A solver may move between threads
@@ -1422,8 +1427,11 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         handle: int | None = None,
         direct_calls: bool = True,
         analysis_cache=None,
+        deterministic: bool = False,
     ):
         permutation = _check_permutation_option(permutation)  # the options first: errors before imports
+        if not isinstance(deterministic, bool):
+            raise ValueError(f"deterministic: expected a bool, got {deterministic!r}")
         analysis_cache = _check_analysis_cache_option(analysis_cache)
         if not isinstance(direct_calls, bool):
             raise ValueError(f"direct_calls: expected a bool, got {direct_calls!r}")
@@ -1456,6 +1464,7 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         self.use_matching = use_matching
         self.direct_calls = direct_calls
         self.analysis_cache = analysis_cache
+        self.deterministic = deterministic
         self.analysis_cache_hit = None  # the last plan: True (ordering and tree from the cache), False, None (off)
         self._dense = None  # direct calls: (b descriptor, x descriptor) of the planned float64 solver
         self._factored = None  # the pattern the solver's factors belong to (resolve)
@@ -1528,6 +1537,10 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
                 solver.plan_config.host_nthreads = int(self.host_threads)
             from nvmath.bindings import cudss
 
+            if self.deterministic:  # nvmath 1.0 has no plan_config attribute for it: set on the config itself
+                param = cudss.ConfigParam.DETERMINISTIC_MODE
+                flag = np.ones(1, dtype=cudss.get_config_param_dtype(int(param)))
+                cudss.config_set(solver.config_ptr, param, flag.ctypes.data, flag.nbytes)
             if self.use_matching is not None:  # nvmath 1.0: a matching algorithm, NONE for off
                 solver.plan_config.matching_algorithm = (cudss.MatchingAlg.AUTO if self.use_matching
                                                          else cudss.MatchingAlg.NONE)

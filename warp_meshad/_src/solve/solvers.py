@@ -467,7 +467,8 @@ class NewtonSolver(_Driver):
         linear_solver_options: keyword options for :func:`~warp_meshad._src.solve.linear.make_linear_solver`.
             With a back-end named ``"auto"`` or ``"cudss"``, ``project_hessian`` and pinned variables (``fixed``)
             and no ``matrix_type`` given, cuDSS gets ``matrix_type="spd_or_general"``: Cholesky, which halves the
-            factorization of such SPD systems, with LU taking over if one fails.
+            factorization of such SPD systems, with LU taking over if one fails. For a
+            ``Problem(deterministic=True)`` cuDSS gets ``deterministic=True`` unless given.
         step_bound_fn: optional ``(x, d) -> float`` capping the line-search step (CCD).
         shrink, max_line_search_tries, armijo_c: Armijo settings (TinyAD defaults 0.8, 64, 1e-4).
         hooks: optional :class:`NewtonHooks` (contact pairs refreshed before the derivatives, the line search's trial
@@ -510,6 +511,9 @@ class NewtonSolver(_Driver):
         if (self.project_hessian and self.fixed_indices is not None and isinstance(linear_solver, str)
                 and linear_solver in ("auto", "cudss") and "matrix_type" not in linear_options):
             linear_options["matrix_type"] = "spd_or_general"  # pinned + projected: SPD (Cholesky, LU if it fails)
+        if (getattr(problem, "deterministic", False) and isinstance(linear_solver, str)
+                and linear_solver in ("auto", "cudss") and "deterministic" not in linear_options):
+            linear_options["deterministic"] = True  # a repeatable assembly deserves a repeatable factorization
         self.linear_solver = make_linear_solver(linear_solver, device=problem.device, dtype=_scalar_type(problem),
                                                 **linear_options)
         self._H = None
