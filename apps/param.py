@@ -61,9 +61,9 @@ class ParamConfig(AppConfig):
         pin_vertex: Newton: this vertex keeps its start uv; null (the default): no pin. The energy does not see
             translations, so without a pin the projected Hessian is singular along them (its clamped eigenvalues
             ~projection_eps) and cuDSS factorizes by LU; one pin removes that gauge (the same minimum and
-            iteration count on the CPU) and cuDSS then factorizes by Cholesky. Not the default: on the H200 2 of 16
-            pinned param/armadillo runs in the captured device loop stopped early at a wrong point (after 57 and
-            4 iterations), none of 7 unpinned ones (benchmarks/README.md, session 11).
+            iteration count on the CPU) and cuDSS then factorizes by Cholesky. Not the default: on the H200 3 of
+            34 pinned param/armadillo runs in the captured device loop stopped early at a wrong point (sessions
+            11-12; two of them at the same E/A 4.144334), none of 18 unpinned ones (benchmarks/README.md).
     """
 
     device_loop_supported: ClassVar[bool] = True
