@@ -63,7 +63,7 @@ class ParamConfig(AppConfig):
             ~projection_eps) and cuDSS factorizes by LU; one pin removes that gauge (the same minimum and
             iteration count on the CPU) and cuDSS then factorizes by Cholesky. Not the default: on the H200 3 of
             34 pinned param/armadillo runs in the captured device loop stopped early at a wrong point (sessions
-            11-12; two of them at the same E/A 4.144334), none of 18 unpinned ones (benchmarks/README.md).
+            11-12; two of them at the same E/A 4.144334), none of 14 unpinned ones (benchmarks/README.md).
     """
 
     device_loop_supported: ClassVar[bool] = True
