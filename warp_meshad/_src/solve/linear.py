@@ -421,11 +421,16 @@ class LinearSolver:
         finally:
             self._deferred = None
 
+    def _work_like(self, b: wp.array) -> wp.array:
+        """A scratch vector shaped as ``b`` (kept between calls)."""
+        if self._work is None or self._work.shape != b.shape or self._work.dtype != b.dtype or self._work.device != b.device:
+            self._work = wp.empty_like(b)
+        return self._work
+
     def _residual(self, A, b, x) -> float:
         if not self.compute_residual:
             return float("nan")
-        if self._work is None or self._work.shape != b.shape or self._work.dtype != b.dtype or self._work.device != b.device:
-            self._work = wp.empty_like(b)
+        self._work_like(b)
         if self._deferred is not None:
             work = _residual_into(A, b, x, self._work)
             wp.utils.array_inner(work, work, out=self._deferred)
@@ -1641,8 +1646,7 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         self._check_spd = False
         if int(self._solver.factorization_info.info) != 0:
             return True
-        work = wp.empty_like(b)
-        residual = _residual_norm(A, b, x, work)
+        residual = _residual_norm(A, b, x, self._work_like(b))
         b_norm = norm(b)
         # a failed Cholesky may give NaN or, with cuDSS's pivot perturbation, a finite wrong answer
         return not (math.isfinite(residual) and residual <= self.SPD_CHECK_RTOL * b_norm)

@@ -479,9 +479,10 @@ class NewtonSolver(_Driver):
             iteration (none with ``poll=False``), CUDA-event phase timers and, with ``capture=True`` on a GPU, the
             iteration replayed as CUDA graphs (see :mod:`warp_meshad._src.solve.device_loop`). Same iterates as the
             host loop to round-off. Refused with ``hooks.stop``, ``hooks.line_search_energy`` or ``step_bound_fn``
-            (host code inside the iteration). The default stays the host loop: on the H200 the captured loop took
-            the apps 0-25 % less time (param/armadillo 0.51-0.56 s against 0.55-0.57 s, elastic/bunny 0.55-0.62 s
-            against 0.68-0.73 s; benchmarks/README.md, session 10), cuDSS being most of an iteration.
+            (host code inside the iteration). The default stays the host loop, which takes every hook; the apps ask
+            for the captured loop on a GPU (``device_loop: auto``). With cuDSS captured in the slot's graph, on the
+            H200 elastic/bunny's 40 steps took 0.41-0.49 s against 0.84 s in the host loop (benchmarks/README.md,
+            session 12), cuDSS being most of an iteration.
     """
 
     uses_newton_decrement = True
