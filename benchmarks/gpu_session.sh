@@ -159,9 +159,10 @@ case "$stage" in
       run=0
       for loop in ${LOOPS:-false false true capture capture}; do
         run=$((run + 1))
-        out="/tmp/apps/${scene//\//_}_${loop}_$run${TAG:-}"  # one folder per run: a failed run's metrics stay
+        tag="${EXTRA:-}"; tag="${tag// /_}"; tag="${tag//=/-}"
+        out="/tmp/apps/${scene//\//_}_${loop}_$run${tag:+_$tag}"  # one folder per run and EXTRA: a failed run's metrics stay
         timeout "${APP_S:-150}" python3 -m warp_meshad run "$scene" --device cuda:0 --headless --quiet --output "$out" \
-          --set device_loop=$loop "${extra[@]}" > "$OUTDIR/apps_${scene//\//_}_${loop}_$run.log" 2>&1 || tail -5 "$OUTDIR/apps_${scene//\//_}_${loop}_$run.log"
+          --set device_loop=$loop "${extra[@]}" > "$OUTDIR/apps_${scene//\//_}_${loop}_$run${tag:+_$tag}.log" 2>&1 || tail -5 "$OUTDIR/apps_${scene//\//_}_${loop}_$run${tag:+_$tag}.log"
         summary "$out/metrics.json" "$scene" "device_loop=$loop" ${EXTRA:-}
       done
     done
