@@ -803,6 +803,43 @@ def test_cudss_analysis_cache_default_follows_the_environment(monkeypatch, tmp_p
     assert _check_analysis_cache_option(None) == tmp_path
 
 
+def test_cudss_analysis_cache_keeps_to_its_size_limit_least_recently_used_first(monkeypatch, tmp_path):
+    """Past ``WARP_MESHAD_CUDSS_ANALYSIS_CACHE_MB`` the entries used least recently go first (a hit touches its
+    entry: ``_apply_cached_analysis``), never the one just written; other files stay; a bad limit names the
+    variable."""
+    import os
+    import types
+
+    from warp_meshad._src.solve.linear import (ANALYSIS_CACHE_LIMIT_VARIABLE, _analysis_cache_limit_bytes,
+                                               _apply_cached_analysis, _prune_analysis_cache)
+
+    monkeypatch.delenv(ANALYSIS_CACHE_LIMIT_VARIABLE, raising=False)
+    assert _analysis_cache_limit_bytes() == 1024 * 1024 * 1024
+    monkeypatch.setenv(ANALYSIS_CACHE_LIMIT_VARIABLE, "0.5")
+    assert _analysis_cache_limit_bytes() == 512 * 1024
+    for bad in ("lots", "-1"):
+        monkeypatch.setenv(ANALYSIS_CACHE_LIMIT_VARIABLE, bad)
+        with pytest.raises(ValueError, match=f"{ANALYSIS_CACHE_LIMIT_VARIABLE}: expected a number of MiB"):
+            _analysis_cache_limit_bytes()
+    n = 1000  # 4 kB of ordering per entry
+    paths = []
+    for k in range(5):
+        path = tmp_path / f"entry{k}.npz"
+        np.savez(path, perm=np.arange(n, dtype=np.int32), tree=np.ones(16, dtype=np.uint8))
+        os.utime(path, (1000.0 + k, 1000.0 + k))  # entry0 the oldest
+        paths.append(path)
+    (tmp_path / "notes.txt").write_bytes(b"x" * 100_000)  # not an entry: never counted nor deleted
+    size = paths[0].stat().st_size
+    # a hit on entry0 makes it the most recently used
+    fake = types.SimpleNamespace(DataParam=types.SimpleNamespace(USER_PERM=0, USER_ND_PARTITION_TREE=1),
+                                 data_set=lambda *args: None)
+    assert _apply_cached_analysis(fake, types.SimpleNamespace(handle=0, data_ptr=0), paths[0], n)
+    deleted = _prune_analysis_cache(tmp_path, 2 * size, keep=paths[1])
+    assert sorted(deleted) == sorted(str(p) for p in (paths[2], paths[3], paths[4]))  # entry1 kept: just written
+    assert paths[0].exists() and paths[1].exists() and (tmp_path / "notes.txt").exists()
+    assert _prune_analysis_cache(tmp_path, 2 * size) == []  # within the limit: nothing to do
+
+
 def test_cudss_permutation_option_is_checked():
     from warp_meshad._src.solve.linear import CudssSolver
 

@@ -64,6 +64,7 @@ import contextlib
 import inspect
 import logging
 import math
+import os
 import threading
 import time
 import warnings
@@ -1087,6 +1088,52 @@ ANALYSIS_CACHE_VARIABLE = "WARP_MESHAD_CUDSS_ANALYSIS_CACHE"
 default) or ``0``/``off``)."""
 ANALYSIS_CACHE_FOLDER = "warp_meshad_cudss"
 """``CudssSolver(analysis_cache="auto")``: this folder in Warp's kernel cache."""
+ANALYSIS_CACHE_LIMIT_VARIABLE = "WARP_MESHAD_CUDSS_ANALYSIS_CACHE_MB"
+"""Environment variable: the analysis cache's size limit in MiB (default 1024); past it, the entries used least
+recently are deleted after each save."""
+
+
+def _analysis_cache_limit_bytes() -> int:
+    text = os.environ.get(ANALYSIS_CACHE_LIMIT_VARIABLE, "").strip()
+    try:
+        mib = float(text) if text else 1024.0
+    except ValueError:
+        raise ValueError(f"{ANALYSIS_CACHE_LIMIT_VARIABLE}: expected a number of MiB, got {text!r}") from None
+    if not mib > 0.0:
+        raise ValueError(f"{ANALYSIS_CACHE_LIMIT_VARIABLE}: expected a number of MiB > 0, got {text!r}")
+    return int(mib * 1024 * 1024)
+
+
+def _prune_analysis_cache(folder, limit_bytes: int, keep=None) -> list:
+    """Delete the ``.npz`` entries of ``folder`` used least recently (oldest modification time: a hit touches its
+    entry) until the rest fit in ``limit_bytes``; ``keep`` (the entry just written) stays. Returns the deleted
+    paths. Entries that vanish meanwhile (another process pruning) are skipped."""
+    entries = []
+    try:
+        with os.scandir(folder) as it:
+            for e in it:
+                if e.name.endswith(".npz") and e.is_file():
+                    try:
+                        st = e.stat()
+                    except OSError:
+                        continue
+                    entries.append((st.st_mtime, st.st_size, e.path))
+    except OSError:
+        return []
+    total = sum(size for _, size, _ in entries)
+    deleted = []
+    for _, size, path in sorted(entries):
+        if total <= limit_bytes:
+            break
+        if keep is not None and os.path.abspath(path) == os.path.abspath(keep):
+            continue
+        try:
+            os.remove(path)
+        except OSError:
+            continue
+        total -= size
+        deleted.append(path)
+    return deleted
 
 
 def _check_analysis_cache_option(analysis_cache):
@@ -1137,6 +1184,10 @@ def _apply_cached_analysis(cudss, solver, path, n: int) -> bool:
     except Exception as exc:  # an older cuDSS without the tree: plan without the cache (its ordering is not set twice)
         _logger.info("cudss: the cached analysis %s was not taken (%s: %s)", path, type(exc).__name__, exc)
         return False
+    try:
+        os.utime(path)  # used now: the size limit deletes the entries used least recently first
+    except OSError:
+        pass
     return True
 
 
@@ -1162,6 +1213,7 @@ def _save_analysis(cudss, solver, path, n: int) -> None:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, perm=perm, tree=tree)
         os.replace(tmp, path)
+        _prune_analysis_cache(path.parent, _analysis_cache_limit_bytes(), keep=path)
     except Exception as exc:
         _logger.warning("cudss: could not keep the analysis in %s (%s: %s)", path, type(exc).__name__, exc)
 
@@ -1389,7 +1441,10 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             ``off`` for none) if set, else ``"auto"``. False: off. Ignored with ``permutation``. Measured on the
             H200 (benchmarks/README.md, session 11): param/armadillo's analysis 237 ms without, 31 ms with the
             cached ordering and tree, the same factors (non-zeros, factorization time).
-            A file that cannot be read or applied is ignored (cuDSS analyses as usual) and rewritten.
+            A file that cannot be read or applied is ignored (cuDSS analyses as usual) and rewritten. An entry holds
+            4 bytes per unknown and the tree (armadillo's 64k unknowns: about 0.26 MB). The folder keeps at most
+            ``WARP_MESHAD_CUDSS_ANALYSIS_CACHE_MB`` MiB (default 1024, some 4,000 entries of armadillo's size);
+            past it each save deletes the entries used least recently (a hit counts as a use).
         handle: an existing cuDSS library handle (``nvmath.bindings.cudss.create()``, an int) for the plans of this
             solver, which then neither creates nor destroys one; None: each plan makes its own. cuDSS requires one
             handle per value type (float32 and float64 systems must not share one), and a plan of a small system
