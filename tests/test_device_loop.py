@@ -231,6 +231,12 @@ def test_inaccurate_solve_is_rejected_and_redone_same_as_host(woody, reads):
     # a read before each slot (a step each, the slot that stops on the decrement, the rejected one), the read that
     # sees the stop and the history's
     assert reads[0] == (dev.iterations + 1 + 1 + extra) + 1 + 1, (reads[0], dev.iterations, extra)
+    if problem.device.is_cuda:  # the captured loop (the solve between two graphs): the switch drops the graphs
+        backend = _CholeskyLike()
+        solver = NewtonSolver(problem, linear_solver=backend, fixed=[0, 7], device_loop=DeviceLoop(capture=True))
+        captured = solver.solve(x0, **kwargs)
+        assert backend.switched
+        assert_same_solve(host, captured, rtol=1e-7)
     # the back-end cannot switch: a second rejection at the point steps along -g
     stuck = NewtonSolver(problem, linear_solver=_CholeskyLike(switches=False), fixed=[0, 7], device_loop=True).solve(
         x0, max_iterations=4, tolerance=0.0)
