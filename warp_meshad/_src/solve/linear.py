@@ -353,6 +353,12 @@ class LinearSolver:
     """Whether :meth:`solve_deferred` leaves the residual check on the device (CuPy, cuDSS); the host back-ends and
     CG check on the host, as in :meth:`solve`."""
 
+    def __init__(self, compute_residual: bool = True):
+        self.compute_residual = bool(compute_residual)
+        self._pattern = None
+        self._work = None
+        self._deferred = None  # residual_sq of the solve_deferred call under way
+
     @property
     def direction_rtol(self) -> float:
         """Relative residual ``||b - A x|| / ||b||`` above which the device loop rejects a deferred solve's direction
@@ -364,12 +370,6 @@ class LinearSolver:
         """The device loop rejected the last deferred solve for its residual: change the method if there is another
         one to try (True; cuDSS ``spd_or_general``: LU from now on), else False."""
         return False
-
-    def __init__(self, compute_residual: bool = True):
-        self.compute_residual = bool(compute_residual)
-        self._pattern = None
-        self._work = None
-        self._deferred = None  # residual_sq of the solve_deferred call under way
 
     def solve(self, A: wps.BsrMatrix, b: wp.array, x: wp.array) -> LinearSolveInfo:
         """Solve ``A x = b``, writing ``x`` in place.
