@@ -3,8 +3,8 @@
 - :func:`show`: the interactive viewer (``warp-meshad run CONFIG --viewer``): the mesh with the app's quantities, a
   Play / Pause button, a Step button, and the step, iteration count, energy and gradient norm, live.
 - :func:`screenshot`: ``screenshot.png`` rendered by Polyscope through EGL without a screen. It runs in a child
-  process (``python -m warp_meshad._src.app.viewer SCENE.npz OUT.png``) so that a broken GL driver cannot take the run
-  down with it, and reports why it was skipped where EGL or Polyscope is missing.
+  process (this file run by path with ``SCENE.npz OUT.png``: numpy, Polyscope and matplotlib only, no Warp) so that a
+  broken GL driver cannot take the run down with it, and reports why it was skipped where EGL or Polyscope is missing.
 
 Both show the same scene: the mesh coloured by the app's first scalar quantity (named with its units; every vector
 quantity drawn too), and for an app with texture coordinates (:meth:`App.uv_coordinates`) the uv map as a checker on
@@ -29,8 +29,6 @@ import tempfile
 
 import numpy as np
 
-from warp_meshad._src.plural import plural
-
 __all__ = ["ColorBar", "ViewerController", "ViewerError", "add_colorbar", "colorbar_figure", "first_colorbar",
            "screenshot", "show"]
 
@@ -42,6 +40,7 @@ _UV_CHECKERS = 24  # checker squares across the uv layout's longer side
 _CMAP = "viridis"
 _VECTOR_RADIUS = 0.0008  # relative to the scene's length scale (Polyscope's default is 0.0025)
 _NO_EGL = 3  # exit status of the rendering child when Polyscope cannot initialize EGL
+_CHILD = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 _EGL_HINT = ("install Mesa's EGL (Debian/Ubuntu: apt-get install libegl1 libegl-mesa0), or set screenshot: false "
              "(--set screenshot=false)")
 _VECTOR_KINDS = {"vertex_vectors": "vertices", "face_vectors": "faces"}
@@ -276,6 +275,8 @@ class ViewerController:
 
     def _step(self) -> None:
         rec = self.app.step()
+        from warp_meshad._src.plural import plural  # here: the rendering child runs this file without the package
+
         self.log(f"step {self.app.steps_done}: {plural(rec['iterations'], 'iteration')}, energy {self.app.energy:.9g}")
         self.refresh()
 
@@ -387,7 +388,9 @@ def screenshot(app, path, timeout_s: float = 120.0) -> tuple[bool, str]:
         arrays["quantity_kinds"] = np.array([k for _, k in names], dtype=str)
         np.savez(scene, **arrays)
         tmp = path.with_name(f".{path.name}.tmp.png")
-        cmd = [sys.executable, "-m", "warp_meshad._src.app.viewer", scene, str(tmp)]
+        # this file run by path, not as warp_meshad._src.app.viewer: the child then skips the package's import of
+        # Warp and the toolkit (0.9 s on a 2-core CPU); runpy keeps this folder off sys.path
+        cmd = [sys.executable, "-c", _CHILD, str(pathlib.Path(__file__).resolve()), scene, str(tmp)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -458,5 +461,5 @@ def _render_scene_file(scene_path: str, png_path: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        sys.exit("usage: python -m warp_meshad._src.app.viewer SCENE.npz OUT.png")
+        sys.exit("usage: python viewer.py SCENE.npz OUT.png")
     _render_scene_file(sys.argv[1], sys.argv[2])
