@@ -380,6 +380,27 @@ def test_headless_screenshot_or_skip(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["screenshot.png"]
 
 
+def test_screenshot_runs_the_other_outputs_while_its_child_renders(tmp_path):
+    """``screenshot(..., while_rendering=f)`` runs ``f`` in this process while the child renders (the run writes its
+    mesh and convergence plot then); an exception from ``f`` stops the child, leaves no temporary file and is
+    raised."""
+    pytest.importorskip("polyscope", reason="polyscope (the viewer extra) is not installed")
+    from warp_meshad._src.app import viewer as viewer
+
+    app = _small_app()
+    ran = []
+    ok, why = viewer.screenshot(app, tmp_path / "shot.png", while_rendering=lambda: ran.append(len(ran)))
+    assert ran == [0]
+    assert ok or why.startswith("headless rendering unavailable"), why
+
+    def failing():
+        raise RuntimeError("the plot failed")
+
+    with pytest.raises(RuntimeError, match="the plot failed"):
+        viewer.screenshot(app, tmp_path / "other.png", while_rendering=failing)
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["shot.png"] if ok else [])
+
+
 def test_screenshot_child_does_not_import_warp(tmp_path, monkeypatch):
     """The rendering child runs viewer.py by path with numpy, Polyscope and matplotlib only: a ``warp`` that fails to
     import (first on its path) does not stop it (importing the package cost the child 0.55 of 1.76 s)."""

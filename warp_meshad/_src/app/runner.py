@@ -68,7 +68,7 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
             check: bool, log, messages: list, plot: bool = True) -> RunReport:
     """Check the app after its run, write its outputs (final mesh, convergence plot unless ``plot`` is False,
     screenshot, metrics.json) and return the report; a ``check_final`` failure is raised after the outputs are
-    written."""
+    written. The screenshot's child process renders while this one writes the mesh and the plot."""
     failure = None
     status = "not run"
     if check:
@@ -85,23 +85,28 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     files = {}
-    mesh_path = out / f"final.{config.mesh_format}"
-    save_mesh(mesh_path, app)
-    files["mesh"] = mesh_path
-    if plot:
-        png = out / "convergence.png"
-        if write_convergence_plot(png, app):
-            files["convergence"] = png
-        else:
-            messages.append("convergence.png skipped: matplotlib is not installed (pip install matplotlib)")
-    if config.screenshot:
+
+    def mesh_and_plot():
+        mesh_path = out / f"final.{config.mesh_format}"
+        save_mesh(mesh_path, app)
+        files["mesh"] = mesh_path
+        if plot:
+            png = out / "convergence.png"
+            if write_convergence_plot(png, app):
+                files["convergence"] = png
+            else:
+                messages.append("convergence.png skipped: matplotlib is not installed (pip install matplotlib)")
+
+    if config.screenshot:  # the screenshot's child renders while this process writes the mesh and the plot
         shot = out / "screenshot.png"
-        ok, why = _viewer.screenshot(app, shot)
+        ok, why = _viewer.screenshot(app, shot, while_rendering=mesh_and_plot)
         if ok:
             os.chmod(shot, new_file_mode())
             files["screenshot"] = shot
         else:
             messages.append(f"screenshot.png skipped: {why}")
+    else:
+        mesh_and_plot()
     times["outputs"] = (time.perf_counter() - t0) * 1000.0
     metrics = build_metrics(app, times, status)
     metrics["compile"] = json_safe({**loads.summary(), **_step_times(step_ends)})

@@ -26,6 +26,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -358,8 +359,15 @@ def show(app, log=None, backend: str | None = None, frames: int | None = None) -
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def screenshot(app, path, timeout_s: float = 120.0) -> tuple[bool, str]:
+def screenshot(app, path, timeout_s: float = 120.0, while_rendering=None) -> tuple[bool, str]:
     """Render the app's current state to ``path`` (PNG) headless, in a child process.
+
+    Args:
+        app: the app (its :meth:`positions`, :meth:`quantities`, ... are read before the child starts).
+        path: the PNG to write.
+        timeout_s: the child's time limit, from its start.
+        while_rendering: optional ``() -> None`` run in this process while the child renders (the other outputs);
+            it also runs when there is no child (no polyscope). Its exception is raised after the child is stopped.
 
     Returns:
         ``(True, "")`` when written, else ``(False, why)`` (no polyscope, no EGL, a driver failure, ...).
@@ -367,6 +375,8 @@ def screenshot(app, path, timeout_s: float = 120.0) -> tuple[bool, str]:
     try:
         import polyscope  # noqa: F401
     except ImportError:
+        if while_rendering is not None:
+            while_rendering()
         return False, "polyscope is not installed (pip install 'warp-meshad[apps]' or pip install polyscope)"
     path = pathlib.Path(path)
     fd, scene = tempfile.mkstemp(prefix=".scene.", suffix=".npz", dir=path.parent)
@@ -391,12 +401,27 @@ def screenshot(app, path, timeout_s: float = 120.0) -> tuple[bool, str]:
         # this file run by path, not as warp_meshad._src.app.viewer: the child then skips the package's import of
         # Warp and the toolkit (0.9 s on a 2-core CPU); runpy keeps this folder off sys.path
         cmd = [sys.executable, "-c", _CHILD, str(pathlib.Path(__file__).resolve()), scene, str(tmp)]
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            if while_rendering is not None:
+                while_rendering()
+            left = max(timeout_s - (time.perf_counter() - started), 0.0)
+            stdout, stderr = proc.communicate(timeout=left)
         except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            if tmp.exists():
+                tmp.unlink()
             return False, f"rendering took more than {timeout_s:.0f} s"
+        except BaseException:
+            proc.kill()
+            proc.communicate()
+            if tmp.exists():
+                tmp.unlink()
+            raise
         if proc.returncode != 0 or not tmp.is_file():
-            lines = [ln.strip() for ln in (proc.stderr + proc.stdout).strip().splitlines() if ln.strip()]
+            lines = [ln.strip() for ln in (stderr + stdout).strip().splitlines() if ln.strip()]
             if tmp.exists():
                 tmp.unlink()
             if proc.returncode == _NO_EGL:
