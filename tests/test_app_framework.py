@@ -401,6 +401,23 @@ def test_screenshot_runs_the_other_outputs_while_its_child_renders(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == (["shot.png"] if ok else [])
 
 
+def test_a_failing_screenshot_still_leaves_the_mesh_and_the_plot(tmp_path, monkeypatch):
+    """The mesh and the plot are written while the screenshot renders; a screenshot that fails before its child
+    starts (here: the scene cannot be read from the app) does not take them along."""
+    pytest.importorskip("polyscope", reason="polyscope (the viewer extra) is not installed")
+    from warp_meshad._src.app import runner
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no scene")
+
+    monkeypatch.setattr(runner._viewer, "screenshot", broken)
+    config = load_config(ROOT / "configs" / "cloth" / "hanging.yaml", test=True,
+                         overrides={"device": "cpu", "output": str(tmp_path), "screenshot": True})
+    with pytest.raises(RuntimeError, match="no scene"):
+        runner.run_app(config, quiet=True)
+    assert {p.name for p in tmp_path.iterdir()} >= {"final.obj", "convergence.png"}
+
+
 def test_screenshot_child_does_not_import_warp(tmp_path, monkeypatch):
     """The rendering child runs viewer.py by path with numpy, Polyscope and matplotlib only: a ``warp`` that fails to
     import (first on its path) does not stop it (importing the package cost the child 0.55 of 1.76 s)."""
