@@ -226,6 +226,13 @@ def _check(reference: list[dict], rows: list[dict]) -> dict:
             "same": bool(not missing and max(rel) <= 1e-8 and max(its) <= 1)}
 
 
+def _said(check: dict) -> str:
+    """A :func:`_check` result in words."""
+    return (f"same results: {check['same']} ({check['meshes_same']} of {check['compared']} meshes within 1e-8 and "
+            f"+-1 iteration; largest E rel {check['max_energy_rel_diff']:.1e}, iterations "
+            f"+-{check['max_iteration_diff']})")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--meshes", required=True, help="a folder of patches (benchmarks/make_dataset.py)")
@@ -296,10 +303,7 @@ def main(argv=None) -> int:
         if args.repeat_reference:
             rows = run("one_at_a_time_again", one_at_a_time, _configs(flags, meshes, extra))
             records[-1].update(_check(reference, rows))
-            r = records[-1]
-            print(f"  the reference again: same results: {r['same']} ({r['meshes_same']} of {r['compared']} within "
-                  f"1e-8 and +-1 iteration; largest E rel {r['max_energy_rel_diff']:.1e}, iterations "
-                  f"+-{r['max_iteration_diff']})", flush=True)
+            print(f"  the reference again: {_said(records[-1])}", flush=True)
     for jobs in ([] if args.ray_only or args.skip_reference else args.build_jobs):
         rows = run(f"one_at_a_time_ahead_{jobs}", one_at_a_time, configs, jobs)
         records[-1].update(_check(reference, rows))
@@ -314,9 +318,8 @@ def main(argv=None) -> int:
             continue
         records[-1].update(_check(reference, rows))
         records[-1]["speedup_vs_one_at_a_time"] = records[0]["total_s"] / records[-1]["total_s"]
-        print(f"  {records[-1]['method']}: {records[-1]['speedup_vs_one_at_a_time']:.2f}x, same results: "
-              f"{records[-1]['same']} (E rel {records[-1]['max_energy_rel_diff']:.1e}, iterations +-"
-              f"{records[-1]['max_iteration_diff']})", flush=True)
+        print(f"  {records[-1]['method']}: {records[-1]['speedup_vs_one_at_a_time']:.2f}x, {_said(records[-1])}",
+              flush=True)
 
     def runner(method, **kw):
         out = pathlib.Path(tempfile.mkdtemp(prefix=f"{method}_"))
@@ -332,11 +335,8 @@ def main(argv=None) -> int:
             rows = run(method, lambda: go())
             if reference is not None:
                 records[-1].update(_check(reference, rows))
-                r = records[-1]
-                print(f"  {method}: {records[0]['total_s'] / r['total_s']:.2f}x against one at a time, same results: "
-                      f"{r['same']} ({r['meshes_same']} of {r['compared']} meshes within 1e-8 and +-1 iteration; "
-                      f"largest E rel {r['max_energy_rel_diff']:.1e}, iterations +-{r['max_iteration_diff']})",
-                      flush=True)
+                speedup = records[0]["total_s"] / records[-1]["total_s"]
+                print(f"  {method}: {speedup:.2f}x against one at a time, {_said(records[-1])}", flush=True)
         except Exception as exc:  # Ray missing or failing: recorded, the rest goes on
             records.append({"method": method, "error": f"{type(exc).__name__}: {exc}"})
             print(json.dumps(records[-1]), flush=True)
