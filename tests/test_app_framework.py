@@ -410,7 +410,7 @@ def test_a_failing_screenshot_still_leaves_the_mesh_and_the_plot(tmp_path, monke
     def broken(*args, **kwargs):
         raise RuntimeError("no scene")
 
-    monkeypatch.setattr(runner._viewer, "screenshot", broken)
+    monkeypatch.setattr(appmod.app_class("cloth"), "quantities", broken)
     config = load_config(ROOT / "configs" / "cloth" / "hanging.yaml", test=True,
                          overrides={"device": "cpu", "output": str(tmp_path), "screenshot": True})
     with pytest.raises(RuntimeError, match="no scene"):

@@ -85,10 +85,8 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     files = {}
-    wrote = []
 
     def mesh_and_plot():
-        wrote.append(True)
         mesh_path = out / f"final.{config.mesh_format}"
         save_mesh(mesh_path, app)
         files["mesh"] = mesh_path
@@ -101,11 +99,7 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
 
     if config.screenshot:  # the screenshot's child renders while this process writes the mesh and the plot
         shot = out / "screenshot.png"
-        try:
-            ok, why = _viewer.screenshot(app, shot, while_rendering=mesh_and_plot)
-        finally:
-            if not wrote:  # the screenshot failed before its child started: the mesh and the plot all the same
-                mesh_and_plot()
+        ok, why = _viewer.screenshot(app, shot, while_rendering=mesh_and_plot)  # runs mesh_and_plot in any case
         if ok:
             os.chmod(shot, new_file_mode())
             files["screenshot"] = shot

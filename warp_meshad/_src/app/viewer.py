@@ -366,22 +366,29 @@ def screenshot(app, path, timeout_s: float = 120.0, while_rendering=None) -> tup
         app: the app (its :meth:`positions`, :meth:`quantities`, ... are read before the child starts).
         path: the PNG to write.
         timeout_s: the child's time limit, from its start.
-        while_rendering: optional ``() -> None`` run in this process while the child renders (the other outputs);
-            it also runs when there is no child (no polyscope). Its exception is raised after the child is stopped.
+        while_rendering: optional ``() -> None`` (the other outputs) run once in this process while the child
+            renders; it runs all the same when there is no child (no polyscope, or the scene could not be read from
+            the app). Its exception is raised after the child is stopped.
 
     Returns:
         ``(True, "")`` when written, else ``(False, why)`` (no polyscope, no EGL, a driver failure, ...).
     """
+    pending = [] if while_rendering is None else [while_rendering]
+
+    def run_pending():  # at most once, whichever path comes first
+        while pending:
+            pending.pop()()
+
     try:
         import polyscope  # noqa: F401
     except ImportError:
-        if while_rendering is not None:
-            while_rendering()
+        run_pending()
         return False, "polyscope is not installed (pip install 'warp-meshad[apps]' or pip install polyscope)"
     path = pathlib.Path(path)
-    fd, scene = tempfile.mkstemp(prefix=".scene.", suffix=".npz", dir=path.parent)
-    os.close(fd)
+    scene = None
     try:
+        fd, scene = tempfile.mkstemp(prefix=".scene.", suffix=".npz", dir=path.parent)
+        os.close(fd)
         quantities = app.quantities()
         arrays = {"vertices": app.positions(), "faces": app.mesh.faces}
         uv = app.uv_coordinates()
@@ -404,21 +411,15 @@ def screenshot(app, path, timeout_s: float = 120.0, while_rendering=None) -> tup
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            if while_rendering is not None:
-                while_rendering()
-            left = max(timeout_s - (time.perf_counter() - started), 0.0)
-            stdout, stderr = proc.communicate(timeout=left)
-        except subprocess.TimeoutExpired:
+            run_pending()
+            stdout, stderr = proc.communicate(timeout=max(timeout_s - (time.perf_counter() - started), 0.0))
+        except BaseException as exc:  # over time, or while_rendering failed: stop the child, keep nothing of it
             proc.kill()
             proc.communicate()
             if tmp.exists():
                 tmp.unlink()
-            return False, f"rendering took more than {timeout_s:.0f} s"
-        except BaseException:
-            proc.kill()
-            proc.communicate()
-            if tmp.exists():
-                tmp.unlink()
+            if isinstance(exc, subprocess.TimeoutExpired):
+                return False, f"rendering took more than {timeout_s:.0f} s"
             raise
         if proc.returncode != 0 or not tmp.is_file():
             lines = [ln.strip() for ln in (stderr + stdout).strip().splitlines() if ln.strip()]
@@ -431,8 +432,9 @@ def screenshot(app, path, timeout_s: float = 120.0, while_rendering=None) -> tup
         os.replace(tmp, path)
         return True, ""
     finally:
-        if os.path.exists(scene):
+        if scene is not None and os.path.exists(scene):
             os.unlink(scene)
+        run_pending()  # the scene could not be made or the child not started: the other outputs all the same
 
 
 def _look_from_above(vertices: np.ndarray, spheres) -> None:
