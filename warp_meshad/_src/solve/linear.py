@@ -1139,7 +1139,6 @@ def _prune_analysis_cache(folder, limit_bytes: int, keep=None) -> list:
 def _check_analysis_cache_option(analysis_cache):
     """``CudssSolver(analysis_cache=...)``: None (the environment's choice), False, ``"auto"`` or a folder, as a
     ``pathlib.Path`` (or None: off)."""
-    import os
     import pathlib
 
     if analysis_cache is None:
@@ -1193,7 +1192,6 @@ def _apply_cached_analysis(cudss, solver, path, n: int) -> bool:
 
 def _save_analysis(cudss, solver, path, n: int) -> None:
     """Write the planned ``solver``'s ordering and partition tree to ``path`` (atomically); failures are logged."""
-    import os
     import tempfile
 
     try:

@@ -509,12 +509,12 @@ class NewtonSolver(_Driver):
         self.projection = projection
         self.projection_eps = float(projection_eps)
         linear_options = dict(linear_solver_options or {})
-        if (self.project_hessian and self.fixed_indices is not None and isinstance(linear_solver, str)
-                and linear_solver in ("auto", "cudss") and "matrix_type" not in linear_options):
-            linear_options["matrix_type"] = "spd_or_general"  # pinned + projected: SPD (Cholesky, LU if it fails)
-        if (getattr(problem, "deterministic", False) and isinstance(linear_solver, str)
-                and linear_solver in ("auto", "cudss") and "deterministic" not in linear_options):
-            linear_options["deterministic"] = True  # a repeatable assembly deserves a repeatable factorization
+        cudss_by_name = isinstance(linear_solver, str) and linear_solver in ("auto", "cudss")
+        if cudss_by_name and self.project_hessian and self.fixed_indices is not None:
+            # pinned + projected: SPD (Cholesky, LU if it fails)
+            linear_options.setdefault("matrix_type", "spd_or_general")
+        if cudss_by_name and getattr(problem, "deterministic", False):
+            linear_options.setdefault("deterministic", True)  # a repeatable assembly, a repeatable factorization
         self.linear_solver = make_linear_solver(linear_solver, device=problem.device, dtype=_scalar_type(problem),
                                                 **linear_options)
         self._H = None
