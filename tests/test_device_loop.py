@@ -335,3 +335,27 @@ def test_captured_second_run_replays_from_its_first_slot_same_as_host(monkeypatc
         assert dev.reason == host.reason and abs(dev.iterations - host.iterations) <= 1
         np.testing.assert_allclose(dev.energies[-1], host.energies[-1], rtol=1e-9)
         np.testing.assert_allclose(dev.x.numpy(), host.x.numpy(), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("conditional", [True, False], ids=["while_node", "trials_per_slot"])
+def test_captured_line_search_backtracks_same_as_host(conditional, reads):
+    """The captured slot's line search as a while node of the graph (``DeviceLoop(conditional=True)``, the default)
+    or as ``trials`` per slot: backtracking through +inf energies gives the host loop's iterates and tries. The while
+    node finishes each line search in its slot; only the first slot (uncaptured, ``trials`` = 2) hands its line
+    search on (once), while ``trials`` per slot hands on every line search that needs more, as often as it needs."""
+    problem, x0 = barrier_problem("cuda:0")
+    kwargs = dict(max_iterations=12, tolerance=1e-10)
+    host = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, **kwargs)
+    solver = NewtonSolver(problem, linear_solver="scipy", project_hessian=False,
+                          device_loop=DeviceLoop(capture=True, trials=2, conditional=conditional))
+    reads[0] = 0
+    dev = solver.solve(x0, **kwargs)
+    runner = solver._device_loop
+    assert runner.conditional is conditional and runner.conditional_error is None, runner.conditional_error
+    assert_same_solve(host, dev, rtol=1e-10)
+    tries = host.line_search_tries
+    assert tries[0] >= 5, tries  # the first line search needs three slots of 2 trials, or one while node after one
+    handed_on = [(t - 1) // 2 for t in tries]
+    extra = min(handed_on[0], 1) if conditional else sum(handed_on)
+    assert reads[0] == host.iterations + 2 + extra, (reads[0], host.iterations, tries)

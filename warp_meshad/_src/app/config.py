@@ -100,10 +100,12 @@ class AppConfig(ConfigModel):
             loop on the CPU), ``"auto"`` (the default: ``"capture"`` on a CUDA device for those apps, else the host
             loop).
         deterministic: assemble without float atomics (``Problem(deterministic=True)``: every element writes its
-            contributions to its own slots, summed in a fixed order) and factor with cuDSS's deterministic mode,
-            so that a run repeats bitwise. On the CPU it does; on the H200 the assembly alone did not make param
-            repeat (session 12: cuDSS's answers on its singular Hessians differed run to run), and cuDSS's mode
-            is not yet measured there. Not for apps with contact (interaction terms).
+            contributions to its own slots, summed in a fixed order), so that a run repeats bitwise where the
+            linear solver does: on the CPU it does. On a GPU cuDSS's solves still vary at round-off (on param's
+            singular Hessians along the null space), so two runs reach the same minimum by different iterates;
+            cuDSS's deterministic mode, which would repeat them, is not asked for (on the H200 it made a later
+            plan in the same process fail with an illegal memory access, benchmarks/README.md, session 13). Not
+            for apps with contact (interaction terms).
         steps: number of ``step()`` calls of a run (time steps, or solver rounds).
         iterations: solver iteration cap per step.
         tolerance: solver tolerance (Newton decrement for Newton-type solvers, else gradient norm).

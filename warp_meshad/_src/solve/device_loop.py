@@ -16,7 +16,9 @@ and write one float64 ``state`` array and a per-iteration ``history`` table, bot
   nothing) and reads once at the end. Either way the history is read once at the end and becomes the
   :class:`~warp_meshad._src.solve.solvers.SolveResult`;
 - a line search that needs more than ``trials`` trials goes on in the next slot (one more read with ``poll=True``;
-  with ``poll=False`` that slot counts against ``max_iterations``, so fewer steps may be taken);
+  with ``poll=False`` that slot counts against ``max_iterations``, so fewer steps may be taken); a captured slot
+  runs its line search as a while node of the graph instead (``conditional``, where CUDA's conditional nodes exist):
+  trials until one is accepted, none after it, and the whole line search in its slot;
 - phase timers record CUDA events (:class:`~warp_meshad._src.solve.phase_timer.PhaseTimer`), read at the end;
 - ``capture=True`` (CUDA only) replays the slot as CUDA graphs (``wp.ScopedCapture`` / ``wp.capture_launch``). Where
   the linear back-end says its solve can be captured (``capturable_for(H)``: cuDSS with direct calls, planned, no
@@ -69,18 +71,24 @@ class DeviceLoop:
 
     Attributes:
         trials: Armijo trials queued per slot (>= 1): each costs one energy evaluation whether or not an earlier one
-            was accepted; a line search needing more continues in the next slot.
+            was accepted; a line search needing more continues in the next slot. Not used by a captured slot that
+            runs its line search as a conditional loop (``conditional``).
         poll: read the stop flag once per slot (True), or queue ``max_iterations`` slots with no read (False: the
             caller asks for a fixed iteration count; the work queued after a stop is wasted but changes nothing).
         capture: replay the slots as CUDA graphs (CUDA devices only).
         capture_solve: with ``capture``, capture the linear solve in the slot's graph where the back-end allows it
             (True), or always queue it between two graphs (False).
+        conditional: with ``capture``, the captured line search is a while node of the graph (``wp.capture_while``,
+            CUDA driver and toolkit 12.4+; else ``trials`` per slot): it runs trials until one is accepted or the
+            solver's ``max_line_search_tries`` are spent, so no energy is evaluated after the accepted trial and no
+            line search goes on in the next slot.
     """
 
     trials: int = 8
     poll: bool = True
     capture: bool = False
     capture_solve: bool = True
+    conditional: bool = True
 
     def __post_init__(self):
         if not isinstance(self.trials, int) or self.trials < 1:
@@ -134,11 +142,15 @@ class DeviceLoopRunner:
         self.gg, self.gd, self.residual_sq, self.alpha = (wp.zeros(1, dtype=scalar, device=self.device)
                                                            for _ in range(4))  # fmt: skip
         self.solve_failed = wp.zeros(1, dtype=wp.int32, device=self.device)
+        self.searching = wp.zeros(1, dtype=wp.int32, device=self.device)  # the while node's condition
+        self.conditional = bool(options.capture and options.conditional and self.device.is_cuda
+                                and wp.is_conditional_graph_supported())
         self.record = None
         self.timer = PhaseTimer(self.device)
         self.H = None
         self._graphs: dict = {}
         self.solve_capture_error: str | None = None  # why capturing the linear solve failed (then never tried again)
+        self.conditional_error: str | None = None  # why the line search's while node could not be captured
 
     # -- buffers ----------------------------------------------------------------------------------------------------
 
@@ -183,7 +195,22 @@ class DeviceLoopRunner:
             infos.append(None)
             self.solve_failed.fill_(1)
 
-    def _line_search(self, s) -> None:
+    def _trial(self, tries: int) -> None:
+        """One Armijo trial (nothing once one was accepted or the tries are spent)."""
+        solver, dev, p = self.solver, self.device, self.solver.problem
+        wp.launch(k.trial_step, dim=1, device=dev, inputs=[tries, self.state, self.alpha])
+        wp.launch(k.trial_point, dim=p.variable_count, device=dev,
+                  inputs=[self.x, self.d, self.alpha, tries, self.state, self.trial])
+        energy = p.assemble_energy(self.trial)
+        wp.launch(k.armijo_test, dim=1, device=dev,
+                  inputs=[energy, wp.float64(solver.armijo_c), wp.float64(solver.shrink), tries, self.state])
+
+    def _trial_while_open(self, tries: int) -> None:
+        """The body of the captured line search's while node: one trial, then its condition for the next."""
+        self._trial(tries)
+        wp.launch(k.search_open, dim=1, device=self.device, inputs=[tries, self.state, self.searching])
+
+    def _line_search(self, s, captured: bool = False) -> None:
         solver, dev, p = self.solver, self.device, self.solver.problem
         backend = solver.linear_solver
         wp.utils.array_inner(self.g, self.solved, out=self.gd)
@@ -195,13 +222,14 @@ class DeviceLoopRunner:
         wp.launch(k.use_direction, dim=p.variable_count, device=dev,
                   inputs=[self.solved, self.g, self.scalar(-1.0), self.state, self.d])
         tries = solver.max_line_search_tries
-        for _ in range(self.options.trials):
-            wp.launch(k.trial_step, dim=1, device=dev, inputs=[tries, self.state, self.alpha])
-            wp.launch(k.trial_point, dim=p.variable_count, device=dev,
-                      inputs=[self.x, self.d, self.alpha, tries, self.state, self.trial])
-            energy = p.assemble_energy(self.trial)
-            wp.launch(k.armijo_test, dim=1, device=dev,
-                      inputs=[energy, wp.float64(solver.armijo_c), wp.float64(solver.shrink), tries, self.state])
+        if captured and self.conditional:
+            wp.launch(k.search_open, dim=1, device=dev, inputs=[tries, self.state, self.searching])
+            wp.capture_while(self.searching, self._trial_while_open, tries=tries)
+        else:
+            for _ in range(self.options.trials):
+                self._trial(tries)
+            if self.conditional:  # load the while node's kernel before a capture needs it
+                wp.launch(k.search_open, dim=1, device=dev, inputs=[tries, self.state, self.searching])
         wp.launch(k.take_step, dim=p.variable_count, device=dev, inputs=[self.d, self.alpha, self.state, self.x])
         wp.launch(k.finish_line_search, dim=1, device=dev,
                   inputs=[s["energy_tolerance"], tries, self.state, self.history])
@@ -238,16 +266,43 @@ class DeviceLoopRunner:
             with wp.ScopedCapture(self.device, force_module_load=False) as whole:
                 self._before_solve()
                 info = backend.solve_deferred(self.H, self.rhs, self.solved, self.residual_sq)
-                self._line_search(s)
+                self._line_search(s, captured=True)
                 self._derivatives(True, s)
         except Exception as exc:  # noqa: BLE001 (a back-end that cannot be captured: queue it between graphs)
-            self.solve_capture_error = f"{type(exc).__name__}: {exc}"[:500]
-            _logger.info("device loop: the linear solve could not be captured (%s); it runs between two graphs",
-                         self.solve_capture_error)
             wp.synchronize_device(self.device)
-            backend.invalidate_pattern()
+            backend.invalidate_pattern()  # its plan saw a broken capture: the next solve plans again, uncaptured
+            if not self._conditional_failed(exc):  # the while node is not the cause: the solve stays out of graphs
+                self.solve_capture_error = f"{type(exc).__name__}: {exc}"[:500]
+                _logger.info("device loop: the linear solve could not be captured (%s); it runs between two graphs",
+                             self.solve_capture_error)
             return None
         return whole.graph, info
+
+    def _conditional_failed(self, exc: Exception) -> bool:
+        """A capture with the line search's while node failed: capture without it from now on (``trials`` per
+        slot) and keep the reason in :attr:`conditional_error`. False where no while node was captured."""
+        if not self.conditional:
+            return False
+        self.conditional = False
+        self.conditional_error = f"{type(exc).__name__}: {exc}"[:500]
+        _logger.info("device loop: the line search could not be captured as a while node (%s); %d trials per slot",
+                     self.conditional_error, self.options.trials)
+        return True
+
+    def _capture_after_solve(self, s):
+        """The graph of the slot's part after the linear solve (line search, derivatives)."""
+        try:
+            with wp.ScopedCapture(self.device, force_module_load=False) as after:
+                self._line_search(s, captured=True)
+                self._derivatives(True, s)
+        except Exception as exc:
+            wp.synchronize_device(self.device)
+            if not self._conditional_failed(exc):
+                raise
+            with wp.ScopedCapture(self.device, force_module_load=False) as after:
+                self._line_search(s, captured=True)
+                self._derivatives(True, s)
+        return after.graph
 
     def _captured_start(self, s) -> None:
         """The derivatives at a run's start point as a graph (captured at the first later run that has slot graphs:
@@ -278,10 +333,7 @@ class DeviceLoopRunner:
             self._graphs.clear()
             with wp.ScopedCapture(self.device, force_module_load=False) as before:
                 self._before_solve()
-            with wp.ScopedCapture(self.device, force_module_load=False) as after:
-                self._line_search(s)
-                self._derivatives(True, s)
-            self._graphs[key] = (before.graph, after.graph)
+            self._graphs[key] = (before.graph, self._capture_after_solve(s))
         before, after = self._graphs[key]
         wp.capture_launch(before)
         self._linear_solve(infos)

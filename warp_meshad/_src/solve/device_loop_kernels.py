@@ -197,6 +197,12 @@ def _trial_open(state: wp.array(dtype=wp.float64), max_tries: int):
 
 
 @wp.kernel(enable_backward=False, module="unique")
+def search_open(max_tries: int, state: wp.array(dtype=wp.float64), flag: wp.array(dtype=wp.int32)):
+    # one thread: 1 while the line search wants another trial (the condition of the captured loop's while node)
+    flag[0] = wp.where(_trial_open(state, max_tries), 1, 0)
+
+
+@wp.kernel(enable_backward=False, module="unique")
 def trial_step(max_tries: int, state: wp.array(dtype=wp.float64), alpha: wp.array(dtype=Any)):
     # one thread: the step of the next trial in the variables' scalar type (as the host's axpy_into casts it)
     if _trial_open(state, max_tries):

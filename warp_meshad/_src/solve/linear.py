@@ -1451,8 +1451,10 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         deterministic: cuDSS's deterministic mode (``CUDSS_CONFIG_DETERMINISTIC_MODE``, set before the plan): the
             factorization and solve repeat bitwise run to run. Without it, two solves of the same matrix may differ
             at round-off; on a singular system (param without pins: the rigid motions) by far more, as the component
-            along the null space is arbitrary. ``NewtonSolver`` asks for it for a ``Problem(deterministic=True)``.
-            Not yet run on a GPU.
+            along the null space is arbitrary. On the H200 (cuDSS 0.8) the mode repeated param/bunny_cut bitwise,
+            but over the 200-patch dataset a process that planned patch 44 and then patch 45 in this mode died of
+            an illegal memory access (with nvmath's own calls too, with or without the analysis cache, LU or
+            Cholesky; not without the mode; benchmarks/README.md, session 13), so nothing asks for it on its own.
 
     Not for concurrent use: planning several solvers at once from a thread pool (one solver per thread) crashed the
     process on the H200 (segmentation fault; ``cudss_calls.py --threads 4``). A solver may move between threads

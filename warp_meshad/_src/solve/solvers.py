@@ -467,18 +467,18 @@ class NewtonSolver(_Driver):
         linear_solver_options: keyword options for :func:`~warp_meshad._src.solve.linear.make_linear_solver`.
             With a back-end named ``"auto"`` or ``"cudss"``, ``project_hessian`` and pinned variables (``fixed``)
             and no ``matrix_type`` given, cuDSS gets ``matrix_type="spd_or_general"``: Cholesky, which halves the
-            factorization of such SPD systems, with LU taking over if one fails. For a
-            ``Problem(deterministic=True)`` cuDSS gets ``deterministic=True`` unless given.
+            factorization of such SPD systems, with LU taking over if one fails. cuDSS's ``deterministic`` mode
+            is not asked for on its own (see :class:`~warp_meshad._src.solve.linear.CudssSolver`).
         step_bound_fn: optional ``(x, d) -> float`` capping the line-search step (CCD).
         shrink, max_line_search_tries, armijo_c: Armijo settings (TinyAD defaults 0.8, 64, 1e-4).
         hooks: optional :class:`NewtonHooks` (contact pairs refreshed before the derivatives, the line search's trial
             energy, an extra stop test).
         device_loop: False (default: the host loop), True, or a :class:`~warp_meshad._src.solve.device_loop.DeviceLoop`
-            (``trials``, ``poll``, ``capture``): energy, gradient norm, Newton decrement, Armijo test, step acceptance
-            and stop tests run in small kernels on the problem's device, with at most one small host read per
-            iteration (none with ``poll=False``), CUDA-event phase timers and, with ``capture=True`` on a GPU, the
-            iteration replayed as CUDA graphs (see :mod:`warp_meshad._src.solve.device_loop`). Same iterates as the
-            host loop to round-off. Refused with ``hooks.stop``, ``hooks.line_search_energy`` or ``step_bound_fn``
+            (``trials``, ``poll``, ``capture``, ``capture_solve``, ``conditional``): energy, gradient norm, Newton
+            decrement, Armijo test, step acceptance and stop tests run in small kernels on the problem's device,
+            with at most one small host read per iteration (none with ``poll=False``), CUDA-event phase timers and,
+            with ``capture=True`` on a GPU, the iteration replayed as CUDA graphs (see
+            :mod:`warp_meshad._src.solve.device_loop`). Same iterates as the host loop to round-off. Refused with ``hooks.stop``, ``hooks.line_search_energy`` or ``step_bound_fn``
             (host code inside the iteration). The default stays the host loop, which takes every hook; the apps ask
             for the captured loop on a GPU (``device_loop: auto``). With cuDSS captured in the slot's graph, on the
             H200 elastic/bunny's 40 steps took 0.41-0.49 s against 0.84 s in the host loop (benchmarks/README.md,
@@ -513,8 +513,6 @@ class NewtonSolver(_Driver):
         if cudss_by_name and self.project_hessian and self.fixed_indices is not None:
             # pinned + projected: SPD (Cholesky, LU if it fails)
             linear_options.setdefault("matrix_type", "spd_or_general")
-        if cudss_by_name and getattr(problem, "deterministic", False):
-            linear_options.setdefault("deterministic", True)  # a repeatable assembly, a repeatable factorization
         self.linear_solver = make_linear_solver(linear_solver, device=problem.device, dtype=_scalar_type(problem),
                                                 **linear_options)
         self._H = None

@@ -1,0 +1,136 @@
+"""Where an app's first step goes, against its later steps (issue 19: elastic/bunny's 40 steps, 0.4 s).
+
+    python -m benchmarks.first_step elastic/bunny --device cuda:0
+    python -m benchmarks.first_step elastic/bunny --device cuda:0 --set device_loop=false --top 40
+    python -m benchmarks.first_step elastic/bunny --device cuda:0 --loop conditional=false --loop trials=2
+
+The app is built as ``warp-meshad run`` builds it (config, mesh, problem: the ``setup`` time), then its steps run one
+by one. Step 0 runs under cProfile; the later steps do not. Prints, for step 0 and the median of the later steps:
+the step's wall time, the solver's phases (``time_ms`` of its record) and iterations; then the cProfile functions of
+step 0 with the largest cumulative time, and ``--out FILE`` writes the numbers as JSON. Module loading is counted
+apart by wrapping Warp's ``Module.load`` (the cache look-up and the CUDA module load of a cached binary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import statistics
+import time
+
+
+def _histogram(values) -> dict:
+    out: dict = {}
+    for v in values:
+        out[int(v)] = out.get(int(v), 0) + 1
+    return dict(sorted(out.items()))
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("scene", help="app/scene, e.g. elastic/bunny")
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    parser.add_argument("--loop", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a DeviceLoop option of the app's captured loop (int or true/false), e.g. trials=2")
+    parser.add_argument("--top", type=int, default=30, help="cProfile lines of step 0")
+    parser.add_argument("--out", help="write the numbers as JSON here")
+    args = parser.parse_args(argv)
+
+    t0 = time.perf_counter()
+    import warp as wp
+
+    from warp_meshad import app as appmod
+
+    wp.config.log_level = wp.LOG_WARNING  # as warp-meshad run: no module-load lines
+    wp.init()
+    loads = {"calls": 0, "s": 0.0}
+    original_load = wp._src.context.Module.load
+
+    def timed_load(self, *a, **kw):
+        start = time.perf_counter()
+        try:
+            return original_load(self, *a, **kw)
+        finally:
+            loads["calls"] += 1
+            loads["s"] += time.perf_counter() - start
+
+    wp._src.context.Module.load = timed_load
+    if args.loop:  # the app's DeviceLoop with other options
+        import dataclasses
+
+        from warp_meshad._src.app.config import AppConfig
+
+        fields = {}
+        for item in args.loop:
+            name, text = item.split("=", 1)
+            fields[name] = {"true": True, "false": False}.get(text.lower(), None)
+            if fields[name] is None:
+                fields[name] = int(text)
+        option = AppConfig.device_loop_option
+
+        def with_fields(self, device):
+            loop = option(self, device)
+            return dataclasses.replace(loop, **fields) if dataclasses.is_dataclass(loop) else loop
+
+        AppConfig.device_loop_option = with_fields
+    from warp_meshad._src.solve.solvers import NewtonSolver
+
+    results = []  # each solve's SolveResult (for its Armijo tries)
+    solve = NewtonSolver.solve
+
+    def kept(self, *a, **kw):
+        results.append(solve(self, *a, **kw))
+        return results[-1]
+
+    NewtonSolver.solve = kept
+    overrides = {"screenshot": False, "device": args.device, **appmod.parse_set(args.set)}
+    config = appmod.load_config(args.scene, overrides=overrides)
+    t_import = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    app = appmod.app_class(config.app)(config)
+    wp.synchronize_device(args.device)
+    setup_s = time.perf_counter() - t0
+    loads_setup = dict(loads)
+
+    steps = []
+    profile = cProfile.Profile()
+    for i in range(config.steps):
+        start = time.perf_counter()
+        if i == 0:
+            profile.enable()
+        rec = app.step()
+        wp.synchronize_device(args.device)
+        if i == 0:
+            profile.disable()
+        steps.append({"wall_ms": (time.perf_counter() - start) * 1000.0, "iterations": rec.get("iterations"),
+                      "tries": list(results[-1].line_search_tries) if results else [],
+                      "time_ms": {k: round(v, 3) for k, v in rec.get("time_ms", {}).items()}})
+    later = steps[1:] or steps
+    summary = {
+        "benchmark": "first_step", "scene": args.scene, "device": args.device, "overrides": args.set, "loop": args.loop,
+        "import_s": round(t_import, 3), "setup_s": round(setup_s, 3),
+        "module_loads_setup": loads_setup, "module_loads_step0": {"calls": loads["calls"] - loads_setup["calls"],
+                                                                  "s": round(loads["s"] - loads_setup["s"], 4)},
+        "step0": steps[0], "later_median_wall_ms": round(statistics.median(s["wall_ms"] for s in later), 3),
+        "later_phases_median_ms": {k: round(statistics.median(s["time_ms"].get(k, 0.0) for s in later), 3)
+                                   for k in steps[0]["time_ms"]},
+        "run_ms": round(sum(s["wall_ms"] for s in steps), 1), "steps": len(steps), "final_energy": app.energy,
+        "iterations": sum(s["iterations"] or 0 for s in steps),
+        "tries_histogram": _histogram(t for s in steps for t in s["tries"]),
+    }
+    print(json.dumps(summary))
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(args.top)
+    print(text.getvalue())
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({**summary, "steps_all": steps}, f, indent=1)
+    return summary
+
+
+if __name__ == "__main__":
+    main()
