@@ -223,3 +223,136 @@ def test_ray_batch_of_the_shipped_dataset_interrupted_and_resumed(tmp_path, monk
     assert {n for n, r in rows.items() if r["ran"] == "earlier"} == set(complete)
     assert report.ran == 21 - len(complete)
     assert all((out / n / "metrics.json").stat().st_mtime_ns == t for n, t in complete.items())  # not rewritten
+
+
+# -- a mesh that kills its worker or loses the CUDA context (the engines' recovery, with a stand-in for the solve) ----
+
+
+class _Died(Exception):
+    """Stands for the worker process dying (a crash in native code)."""
+
+
+def _metrics(n: int) -> dict:
+    return {"mesh": {"vertex_count": 10 + n, "face_count": 20 + n}, "iterations": 3, "final_energy": 1.0 + n,
+            "time_ms": {"run": 1.0}, "check_final": "passed"}
+
+
+def _stand_in_chunk(config, items, on_row=None, batched=True, prepared=None):
+    """run_chunk's contract without a solve: 'kills' takes its worker down, 'loses' fails and loses the device."""
+    from warp_meshad._src.app import batch as batchmod
+
+    rows = []
+    for k, item in enumerate(items):
+        if "kills" in item["name"]:
+            raise _Died("segmentation fault")
+        if "loses" in item["name"]:
+            row = batchmod._row(item, error="RuntimeError: Warp CUDA error 700: an illegal memory access")
+        else:
+            row = batchmod._row(item, _metrics(k))
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+        if "loses" in item["name"]:
+            raise batchmod.DeviceLost(f"the CUDA context was lost after mesh {item['name']!r} failed (700)", rows)
+    return rows
+
+
+class _FakeRay:
+    """What ``_run_ray`` uses of Ray, run in this process: actors are objects, a task runs when its result is read,
+    and a task that raises :class:`_Died` is a dead worker (``RayActorError``)."""
+
+    class exceptions:  # noqa: N801 (ray.exceptions)
+        class RayError(Exception):
+            pass
+
+        class RayActorError(RayError):
+            pass
+
+    class _Ref:
+        def __init__(self, body, chunk):
+            self.body, self.chunk = body, chunk
+
+    def __init__(self):
+        self.actors, self.kills, self.chunks = 0, 0, []
+
+    def is_initialized(self):
+        return True
+
+    def cluster_resources(self):
+        return {"CPU": 2.0}
+
+    def remote(self, **options):
+        ray = self
+
+        def wrap(cls):
+            class Handle:
+                @staticmethod
+                def remote(*args):
+                    ray.actors += 1
+                    body = cls(*args)
+                    run = type("Run", (), {"remote": staticmethod(lambda chunk: ray._Ref(body, chunk))})
+                    return type("Actor", (), {"run": run})()
+
+            return Handle
+
+        return wrap
+
+    def wait(self, refs, num_returns=1):
+        return refs[:1], refs[1:]
+
+    def get(self, ref):
+        self.chunks.append([item["name"] for item in ref.chunk])
+        try:
+            return ref.body.run(ref.chunk)
+        except _Died as exc:
+            raise self.exceptions.RayActorError(f"The actor died unexpectedly: {exc}") from None
+
+    def kill(self, actor):
+        self.kills += 1
+
+
+def test_ray_worker_death_and_lost_device_cost_no_other_mesh(tmp_path, monkeypatch):
+    """A worker that dies in a chunk is replaced and the chunk's meshes run again one per chunk, so only the mesh
+    that kills a worker by itself gets an error row; a worker whose mesh lost the CUDA context returns the rows up to
+    it, is replaced, and the rest of its chunk runs again. Every mesh gets exactly one row."""
+    from warp_meshad._src.app import batch as batchmod
+
+    fake = _FakeRay()
+    monkeypatch.setattr(batchmod, "_import_ray", lambda: fake)
+    monkeypatch.setattr(batchmod, "run_chunk", _stand_in_chunk)
+    names = ["a0", "b_kills", "c2", "d3", "e_loses", "f5"]
+    items = batchmod._items([tmp_path / f"{n}.obj" for n in names], tmp_path / "out")
+    got, messages = [], []
+    batchmod._run_ray(_config(), [items[:3], items[3:]], 2, None, got.extend, messages.append, False)
+    rows = {r["name"]: r for r in got}
+    assert sorted(rows) == names and len(got) == len(names)
+    assert {n: rows[n]["status"] for n in names} == {"a0": "done", "b_kills": "error", "c2": "done", "d3": "done",
+                                                     "e_loses": "error", "f5": "done"}
+    assert rows["b_kills"]["error"].startswith("the worker process died (RayActorError: The actor died unexpectedly")
+    assert rows["e_loses"]["error"].startswith("RuntimeError: Warp CUDA error 700")
+    # the dead chunk again mesh by mesh, the lost chunk's rest alone; b_kills kills a worker twice
+    assert fake.chunks[:2] == [["a0", "b_kills", "c2"], ["d3", "e_loses", "f5"]]
+    assert sorted(fake.chunks[2:]) == [["a0"], ["b_kills"], ["c2"], ["f5"]]
+    assert fake.actors == 2 + 3 and fake.kills == 3 + 2
+    assert sum("a new worker takes over" in m for m in messages) == 3
+
+
+def test_in_process_batch_stops_at_a_lost_device_and_says_so(tmp_path, monkeypatch):
+    """In this process a lost CUDA context ends the batch: the failed mesh's row says why, the meshes not run say
+    so (status error: a rerun runs them), and the summary has every mesh."""
+    from warp_meshad._src.app import batch as batchmod
+
+    meshes = tmp_path / "m"
+    meshes.mkdir()
+    names = ["a0", "b_loses", "c2", "d3"]
+    for n in names:
+        shutil.copy(SMALL / f"{GOOD[0]}.obj", meshes / f"{n}.obj")
+    monkeypatch.setattr(batchmod, "run_chunk", _stand_in_chunk)
+    report = run_batch(_config(), meshes, tmp_path / "out", batch_size=2, quiet=True, build_jobs=0)
+    rows = {r["name"]: r for r in report.rows}
+    assert [r["name"] for r in report.rows] == names and report.counts == {"done": 1, "failed": 0, "error": 3}
+    assert rows["b_loses"]["error"].startswith("RuntimeError: Warp CUDA error 700")
+    for n in ("c2", "d3"):
+        assert rows[n]["error"].startswith("not run: the CUDA context was lost after mesh 'b_loses' failed")
+        assert rows[n]["error"].endswith("run the batch again to resume")
+    assert set(_csv(tmp_path / "out" / "summary.csv")) == set(names)

@@ -6,7 +6,11 @@ through the same :func:`~warp_meshad._src.app.runner.run_app` that ``warp-meshad
 per mesh: :data:`SUMMARY_COLUMNS`) and ``summary.png``. A mesh whose folder already holds its final mesh and
 ``metrics.json`` (written last, atomically) is not run again, so an interrupted batch resumes where it stopped. A bad
 mesh or a failed solve is recorded in its row (status ``error``, or ``failed`` when ``check_final`` failed) and the
-batch goes on; meshes with status ``error`` have no outputs and are tried again on a rerun.
+batch goes on; meshes with status ``error`` have no outputs and are tried again on a rerun. A failure that leaves the
+process unable to go on (a Ray worker that dies, a CUDA context lost to a sticky error such as an illegal memory
+access: :class:`DeviceLost`) costs no other mesh: on Ray the worker is replaced and the chunk's unfinished meshes run
+again one per chunk, so only the mesh that kills its worker gets an error row; in this process the meshes not run
+get rows saying so, and a rerun resumes with them.
 
 Meshes go to the workers in chunks of ``batch_size`` (:func:`run_chunk`): where the app's steps batch (param with
 projected Newton), a chunk's meshes are solved together, one kernel launch per term and one factorization per
@@ -35,7 +39,7 @@ from warp_meshad._src.app.prefetch import Prefetch, default_build_jobs
 from warp_meshad._src.app.progress import Progress, stderr_log
 from warp_meshad._src.plural import plural
 
-__all__ = ["SUMMARY_COLUMNS", "BatchReport", "find_meshes", "run_batch", "run_chunk", "start_ray"]
+__all__ = ["SUMMARY_COLUMNS", "BatchReport", "DeviceLost", "find_meshes", "run_batch", "run_chunk", "start_ray"]
 
 MESH_SUFFIXES = (".obj", ".off", ".ply")
 SUMMARY_COLUMNS = ("name", "mesh", "vertices", "faces", "iterations", "final_energy", "energy_per_area", "seconds",
@@ -180,6 +184,29 @@ def _outcome_row(item: dict, outcome, mesh_format: str, seconds: float) -> dict:
     return _row(item, outcome.metrics)
 
 
+class DeviceLost(RuntimeError):
+    """A mesh's failure left this process's CUDA context unusable (a sticky error, such as an illegal memory
+    access): no later mesh can run in the process. Raised by :func:`run_chunk` after the failed mesh's row;
+    :attr:`rows` holds the chunk's rows up to it."""
+
+    def __init__(self, message: str, rows: list[dict]):
+        super().__init__(message)
+        self.rows = rows
+
+
+def _device_lost() -> str | None:
+    """Why this process's CUDA devices can run no more work (a sticky error), or None (no CUDA, or all is well)."""
+    import warp as wp
+
+    if wp.get_cuda_device_count() == 0:
+        return None
+    try:
+        wp.synchronize()
+    except RuntimeError as exc:
+        return str(exc)
+    return None
+
+
 def _batchable(config: AppConfig) -> bool:
     from warp_meshad._src.app.base import App
     from warp_meshad._src.app.registry import app_class
@@ -194,7 +221,9 @@ def run_chunk(config: AppConfig, items: list[dict], on_row=None, batched: bool =
     together (:func:`~warp_meshad._src.app.runner.run_apps_batched`: one :class:`~warp_meshad.ProblemBatch`, one
     launch per term for all meshes, one factorization of the block-diagonal system per iteration); otherwise each
     mesh is one :func:`~warp_meshad._src.app.runner.run_app` (quiet). Either way each mesh's error is caught into its
-    row (status ``error``); a ``check_final`` failure gives status ``failed`` with the outputs written.
+    row (status ``error``); a ``check_final`` failure gives status ``failed`` with the outputs written. After a
+    mesh's error the CUDA devices are checked: if the error left the context unusable, :class:`DeviceLost` is raised
+    (with the rows so far) instead of running the next meshes into the same error.
 
     Args:
         config: the scene's config (``mesh`` and ``output`` are replaced per mesh).
@@ -215,6 +244,8 @@ def run_chunk(config: AppConfig, items: list[dict], on_row=None, batched: bool =
         for row in rows:
             if on_row is not None:
                 on_row(row)
+        if any(isinstance(oc, Exception) for oc in outcomes):
+            _raise_if_device_lost(items, rows)
         return rows
     rows = []
     for k, item in enumerate(items):
@@ -228,7 +259,15 @@ def run_chunk(config: AppConfig, items: list[dict], on_row=None, batched: bool =
         rows.append(row)
         if on_row is not None:
             on_row(row)
+        if isinstance(outcome, Exception):
+            _raise_if_device_lost(items[: k + 1], rows)
     return rows
+
+
+def _raise_if_device_lost(items: list[dict], rows: list[dict]) -> None:
+    why = _device_lost()
+    if why is not None:
+        raise DeviceLost(f"the CUDA context was lost after mesh {items[-1]['name']!r} failed ({why})", rows)
 
 
 # -- engines -----------------------------------------------------------------------------------------------------------
@@ -262,8 +301,13 @@ class _BatchWorker:
             wp.config.log_level = wp.LOG_WARNING
         self.config = _config_from_payload(payload)
 
-    def run(self, items: list[dict]) -> list[dict]:
-        return run_chunk(self.config, items, batched=self.batched)
+    def run(self, items: list[dict]) -> tuple[list[dict], str | None]:
+        """The chunk's rows, and None; or, when a mesh's failure lost the CUDA context, the rows up to it and why
+        (the driver then replaces this worker)."""
+        try:
+            return run_chunk(self.config, items, batched=self.batched), None
+        except DeviceLost as exc:
+            return exc.rows, str(exc)
 
 
 def _import_ray():
@@ -315,19 +359,62 @@ def _run_ray(config: AppConfig, chunks: list[list[dict]], workers: int, address:
         pending = {}
         for actor in actors:
             if queue:
-                pending[actor.run.remote(queue.pop(0))] = actor
+                chunk = queue.pop(0)
+                pending[actor.run.remote(chunk)] = (actor, chunk)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
-                actor = pending.pop(ref)
-                on_rows(ray.get(ref))
+                actor, chunk = pending.pop(ref)
+                try:
+                    rows, lost = ray.get(ref)
+                except ray.exceptions.RayError as exc:  # the worker died (a crash in native code, out of memory)
+                    rows, lost = [], f"the worker process died ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+                if lost is not None:
+                    log(f"Ray: a worker lost its device or died in a chunk of {plural(len(chunk), 'mesh', 'meshes')}; "
+                        f"a new worker takes over: {lost}")
+                    _kill(ray, actor)
+                    actors.remove(actor)
+                    actor = actor_cls.remote(payload, verbose, batched)
+                    actors.append(actor)
+                    rows, again = _after_lost_worker(chunk, rows, lost, config.mesh_format)
+                    queue[:0] = again
+                on_rows(rows)
                 if queue:
-                    pending[actor.run.remote(queue.pop(0))] = actor
+                    chunk = queue.pop(0)
+                    pending[actor.run.remote(chunk)] = (actor, chunk)
         for actor in actors:
-            ray.kill(actor)
+            _kill(ray, actor)
     finally:
         if started:
             ray.shutdown()
+
+
+def _kill(ray, actor) -> None:
+    try:
+        ray.kill(actor)
+    except Exception:  # noqa: BLE001 (already gone)
+        pass
+
+
+def _after_lost_worker(chunk: list[dict], rows: list[dict], why: str, mesh_format: str):
+    """After a worker died or lost its device in ``chunk`` (``rows``: what it returned): the rows to record now, and
+    the chunks to run again. Meshes whose outputs are complete are recorded from them; a chunk of one mesh gets its
+    error row (the mesh that kills a worker by itself); the other unfinished meshes run again, one per chunk, so that
+    one bad mesh cannot take the others down with it."""
+    have = {r["name"]: r for r in rows}
+    out, again = [], []
+    for item in chunk:
+        if item["name"] in have:
+            out.append(have[item["name"]])
+            continue
+        metrics = _complete(item, mesh_format)
+        if metrics is not None:
+            out.append(_row(item, metrics))
+        elif len(chunk) == 1:
+            out.append(_row(item, error=why))
+        else:
+            again.append([item])
+    return out, again
 
 
 # -- summary -----------------------------------------------------------------------------------------------------------
@@ -490,10 +577,15 @@ def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str 
             jobs = min(default_build_jobs(), len(todo) // 4)
         with Prefetch([_mesh_config(config, it) for chunk in chunks for it in chunk], jobs) as ahead:
             first = 0
-            for chunk in chunks:
-                prepared = [functools.partial(ahead.get, first + k) for k in range(len(chunk))]
-                run_chunk(config, chunk, on_row=lambda r: on_rows([r]), batched=batched, prepared=prepared)
-                first += len(chunk)
+            try:
+                for chunk in chunks:
+                    prepared = [functools.partial(ahead.get, first + k) for k in range(len(chunk))]
+                    run_chunk(config, chunk, on_row=lambda r: on_rows([r]), batched=batched, prepared=prepared)
+                    first += len(chunk)
+            except DeviceLost as exc:  # nothing more runs in this process: say so in the rows of the rest
+                left = [it for it in todo if it["name"] not in rows]
+                log(f"{exc}; {plural(len(left), 'mesh', 'meshes')} not run: run the batch again to resume")
+                on_rows([_row(it, error=f"not run: {exc}; run the batch again to resume") for it in left])
     final = ordered()
     write_summary_csv(summary, final)
     files = {"summary": summary}
