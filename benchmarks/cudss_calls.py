@@ -12,6 +12,12 @@ events), the same without the residual check, and hybrid execution. Prints one J
     python -m benchmarks.cudss_calls --reorderings-only    # analysis variants (reordering algorithm, Cholesky, ...)
     python -m benchmarks.cudss_calls --orderings           # user orderings: cuDSS's own handed back, METIS, natural
     python -m benchmarks.cudss_calls --patches /tmp/patches --threads 4 8   # analyses of 50 meshes in threads
+    python -m benchmarks.cudss_calls --factorizations      # cuDSS's factorization/solve algorithms, ND levels
+
+``--factorizations`` times, for elastic/bunny's first Hessian (Cholesky, 3k unknowns), param/bunny_cut's and
+param/armadillo's at their Tutte starts (LU, 20k and 64k), each ``CudssSolver(config=...)`` variant of
+``FACTORIZATION_VARIANTS``: the GPU time (CUDA events) and wall time of a whole ``solve`` (refill, factorization,
+solve, residual check) after a first one, and the relative residual.
 """
 
 from __future__ import annotations
@@ -126,6 +132,36 @@ ANALYSIS_VARIANTS = {  # CudssSolver options that may shorten the analysis (reor
     "no_matching": {"use_matching": False}, "host_threads_8": {"host_threads": 8},
     "spd_host_threads_8": {"matrix_type": "spd", "host_threads": 8},
 }
+
+
+FACTORIZATION_VARIANTS = {
+    "default": {},
+    **{f"factorization_alg_{a}": {"factorization_alg": a} for a in (1, 2, 3, 4, 5)},
+    **{f"solve_alg_{a}": {"solve_alg": a} for a in (1, 2, 3)},
+    **{f"nd_nlevels_{n}": {"nd_nlevels": n} for n in (1, 2, 4, 6)},
+    "superpanels_off": {"use_superpanels": 0},
+}
+
+
+def factorizations(name, problem, x0, device, matrix_type="general", variants=FACTORIZATION_VARIANTS) -> dict:
+    """Per ``config`` of ``variants``: a new ``CudssSolver(matrix_type, config=...)`` on the projected Hessian at
+    ``x0``, a first solve (the plan), then the median GPU and wall ms of 15 whole solves and the relative residual."""
+    from warp_meshad._src.solve import linear
+
+    H, b, x, b_norm = _projected_system(problem, x0)
+    rec = {"system": name, "unknowns": problem.variable_count * problem.variable_dim, "matrix_type": matrix_type,
+           "variants": {}}
+    for label, config in variants.items():
+        try:
+            ls = linear.CudssSolver(matrix_type=matrix_type, config=config, analysis_cache=None)
+            first = ls.solve(H, b, x)
+            wall, gpu = _events_ms(lambda: ls.solve(H, b, x), device, runs=15)
+            info = ls.solve(H, b, x)
+            rec["variants"][label] = {"gpu_ms": gpu, "wall_ms": wall, "analysis_ms": first.analysis_ms,
+                                      "relative_residual": info.residual_norm / b_norm}
+        except Exception as exc:
+            rec["variants"][label] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    return rec
 
 
 def _projected_system(problem, x0):
@@ -299,6 +335,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=50)
     ap.add_argument("--reorderings-only", action="store_true", help="only the reordering algorithms' times")
     ap.add_argument("--orderings", action="store_true", help="only the orderings' sources (METIS, cuDSS's own, natural)")
+    ap.add_argument("--factorizations", action="store_true",
+                    help="only cuDSS's factorization/solve algorithms and ND levels (FACTORIZATION_VARIANTS)")
     ap.add_argument("--threads", type=int, nargs="*", default=None,
                     help="only the analyses of --patches meshes one after the other and in thread pools of these sizes")
     args = ap.parse_args(argv)
@@ -317,6 +355,13 @@ def main(argv=None) -> int:
         # hits), then the pools (last: they crashed once); the plain runs with the cache off
         rec = analyses_in_threads(apps, device, [1, 0, 1, -1, -1] + [n for n in args.threads if n > 1])
         print(json.dumps(rec, default=float), flush=True)
+        return 0
+    if args.factorizations:
+        e = app_class("elastic")(load_config("elastic/bunny", flags=flags))
+        print(json.dumps(factorizations("elastic/bunny", e.problem, e.x, device, "spd"), default=float), flush=True)
+        for scene in ("param/bunny_cut", "param/armadillo"):
+            a = app_class("param")(load_config(scene, flags=flags))
+            print(json.dumps(factorizations(scene, a.problem, a.uv, device), default=float), flush=True)
         return 0
     a = app_class("param")(load_config("param/armadillo", flags=flags))
     if args.orderings:

@@ -128,6 +128,23 @@ case "$stage" in
       --runner-batch-size 10 > "$OUTDIR/batch_param_cpu.log" 2>&1
     echo "batch_param cpu rc $?"; grep -v "^Module\|^Warp\|^   " "$OUTDIR/batch_param_cpu.log" | tail -6 | cut -c1-400
     ;;
+  factorizations)
+    # issue 19: cuDSS's factorization/solve algorithms and ND levels on the apps' systems, then elastic/bunny and
+    # param/bunny_cut as first_step runs them, default and with each system's fastest config (WARP_MESHAD_CUDSS_CONFIG)
+    timeout "${FACT_S:-150}" python3 -m benchmarks.cudss_calls --factorizations > "$OUTDIR/factorizations.jsonl" \
+      2> "$OUTDIR/factorizations.err"
+    python3 -m benchmarks.cudss_calls_best "$OUTDIR/factorizations.jsonl" | tee "$OUTDIR/best_configs.txt"
+    for scene in elastic/bunny param/bunny_cut; do
+      best=$(grep "^$scene " "$OUTDIR/best_configs.txt" | cut -d' ' -f3-)
+      for run in cold default best default best; do
+        [ "$run" = best ] && export WARP_MESHAD_CUDSS_CONFIG="$best" || unset WARP_MESHAD_CUDSS_CONFIG
+        timeout 100 python3 -m benchmarks.first_step "$scene" --top 0 > /tmp/fs.txt 2>&1
+        head -1 /tmp/fs.txt >> "$OUTDIR/factorizations_apps.jsonl"
+        python3 -c "import json,sys; d=json.loads(open('/tmp/fs.txt').readline()); print(sys.argv[1], sys.argv[2], sys.argv[3], 'run_ms', d['run_ms'], 'step0', round(d['step0']['wall_ms'],1), 'later', d['later_median_wall_ms'], 'graph', d['later_phases_median_ms'].get('graph'), 'its', d['iterations'], 'E', d['final_energy'])" "$scene" "$run" "$best" 2>&1 | tail -1
+      done
+      unset WARP_MESHAD_CUDSS_CONFIG
+    done
+    ;;
   apps19)
     # issue 19 item 2's app targets, as a user runs them: each scene twice (the first fills the kernel cache), the
     # second's solve time (param: solve_seconds; elastic: the run) and iterations from metrics.json

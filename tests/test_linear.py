@@ -859,6 +859,27 @@ def test_cudss_permutation_option_is_checked():
         CudssSolver(direct_calls="yes")
     with pytest.raises(ValueError, match="deterministic: expected a bool"):
         CudssSolver(deterministic=1)
+    with pytest.raises(ValueError, match=r"config: expected None or a dict \{name: int\}, got list"):
+        CudssSolver(config=[("nd_nlevels", 2)])
+    with pytest.raises(ValueError, match=r"config\['factorization_alg'\]: expected an int, got 'alg_1'"):
+        CudssSolver(config={"factorization_alg": "alg_1"})
+
+
+def test_cudss_config_from_the_environment_is_checked(monkeypatch):
+    """``CudssSolver(config=None)`` reads ``WARP_MESHAD_CUDSS_CONFIG`` (JSON); a bad value names the variable."""
+    from warp_meshad._src.solve.linear import CONFIG_VARIABLE, _check_cudss_config_option
+
+    monkeypatch.delenv(CONFIG_VARIABLE, raising=False)
+    assert _check_cudss_config_option(None) == {}
+    monkeypatch.setenv(CONFIG_VARIABLE, '{"ND_NLEVELS": 2, "factorization_alg": 1}')
+    assert _check_cudss_config_option(None) == {"nd_nlevels": 2, "factorization_alg": 1}
+    assert _check_cudss_config_option({"solve_alg": 3}) == {"solve_alg": 3}  # the argument wins
+    monkeypatch.setenv(CONFIG_VARIABLE, "nd_nlevels=2")
+    with pytest.raises(ValueError, match="WARP_MESHAD_CUDSS_CONFIG: expected a JSON object .* got 'nd_nlevels=2'"):
+        _check_cudss_config_option(None)
+    monkeypatch.setenv(CONFIG_VARIABLE, '{"nd_nlevels": 2.5}')
+    with pytest.raises(ValueError, match=r"WARP_MESHAD_CUDSS_CONFIG\['nd_nlevels'\]: expected an int, got 2.5"):
+        _check_cudss_config_option(None)
 
 
 @pytest.mark.gpu
@@ -924,6 +945,7 @@ _CUDSS_OPTIONS = [
     {"matrix_type": "spd", "reuse_factorization": 3, "refine_budget": None},
     {"execution": "hybrid"},
     {"deterministic": True},
+    {"config": {"nd_nlevels": 2}},
 ]
 
 
@@ -954,6 +976,28 @@ def test_gpu_cudss_options_give_the_plain_solution(options):
     if float32:
         assert all(info.factor_dtype == "float32" for info, _, _ in got) and solver.float64_fallbacks == 0
     np.testing.assert_allclose(_flat(x), _flat(x2), rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.gpu
+def test_gpu_cudss_config_names_are_checked_and_key_the_analysis_cache(tmp_path):
+    """``config`` names are cuDSS's ``ConfigParam`` members (an unknown one is refused with the list); a solver with
+    a config does not take another's cached analysis (the cache keys on it)."""
+    _require_backend("cudss")
+    from warp_meshad._src.solve.linear import CudssSolver
+
+    with pytest.raises(ValueError, match=r"config: unknown cuDSS configuration \['nd_levels'\] .*nd_nlevels"):
+        CudssSolver(config={"nd_levels": 2})
+    A, dense, b_np, b, x = spd_system(n=60, bs=3, seed=5, device="cuda:0")
+    plain = CudssSolver(analysis_cache=tmp_path)
+    plain.solve(A, b, x)
+    assert plain.analysis_cache_hit is False
+    other = CudssSolver(analysis_cache=tmp_path, config={"nd_nlevels": 2})
+    other.solve(A, b, x)
+    assert other.analysis_cache_hit is False  # its own entry
+    np.testing.assert_allclose(_flat(x), np.linalg.solve(dense, b_np), rtol=1e-8, atol=1e-10)
+    again = CudssSolver(analysis_cache=tmp_path, config={"ND_NLEVELS": 2})
+    again.solve(A, b, x)
+    assert again.analysis_cache_hit is True
 
 
 @pytest.mark.gpu

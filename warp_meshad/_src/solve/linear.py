@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import logging
 import math
 import os
@@ -1071,6 +1072,33 @@ def _import_cupy():
     return cupy
 
 
+def _check_cudss_config_option(config) -> dict:
+    """``CudssSolver(config=...)``: None (the environment's :data:`CONFIG_VARIABLE`, else none) or a dict of names to
+    ints; the names are checked against cuDSS later."""
+    if config is None:
+        text = os.environ.get(CONFIG_VARIABLE, "").strip()
+        if not text:
+            return {}
+        try:
+            config = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"{CONFIG_VARIABLE}: expected a JSON object of cuDSS configuration names to ints, got "
+                             f"{text!r} ({exc})") from None
+        where = CONFIG_VARIABLE
+    else:
+        where = "config"
+    if not isinstance(config, dict):
+        raise ValueError(f"{where}: expected None or a dict {{name: int}}, got {type(config).__name__}")
+    out = {}
+    for name, value in config.items():
+        if not isinstance(name, str):
+            raise ValueError(f"{where}: expected str keys (cuDSS configuration names), got {name!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"{where}[{name!r}]: expected an int, got {value!r}")
+        out[name.lower()] = int(value)
+    return out
+
+
 def _check_permutation_option(permutation) -> np.ndarray | None:
     """``CudssSolver(permutation=...)``: None or a permutation (1-D ints, each of 0..n-1 once), as contiguous int32."""
     if permutation is None:
@@ -1083,6 +1111,9 @@ def _check_permutation_option(permutation) -> np.ndarray | None:
     return np.ascontiguousarray(arr, dtype=np.int32)
 
 
+CONFIG_VARIABLE = "WARP_MESHAD_CUDSS_CONFIG"
+"""``CudssSolver(config=None)`` reads its config from this environment variable when set: a JSON object of names to
+ints (``'{"nd_nlevels": 2}'``), so apps and batches can be tuned without code."""
 ANALYSIS_CACHE_VARIABLE = "WARP_MESHAD_CUDSS_ANALYSIS_CACHE"
 """Environment variable: ``CudssSolver``'s analysis cache when the option is not given (a folder, ``auto`` (the
 default) or ``0``/``off``)."""
@@ -1455,6 +1486,12 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             but over the 200-patch dataset a process that planned patch 44 and then patch 45 in this mode died of
             an illegal memory access (with nvmath's own calls too, with or without the analysis cache, LU or
             Cholesky; not without the mode; benchmarks/README.md, session 13), so nothing asks for it on its own.
+        config: more of cuDSS's configuration, set before the plan: ``{name: value}`` with ``name`` a member of
+            ``nvmath.bindings.cudss.ConfigParam`` (case-insensitive, e.g. ``"factorization_alg"``, ``"solve_alg"``,
+            ``"nd_nlevels"``, ``"use_superpanels"``) and ``value`` an int (an ``AlgType`` for the algorithms), set
+            with ``cudssConfigSet`` as its documented type. None: the environment variable
+            ``WARP_MESHAD_CUDSS_CONFIG`` (a JSON object, e.g. ``'{"nd_nlevels": 2}'``) where set, else nothing.
+            The analysis cache keys on it. Measured choices: ``benchmarks/cudss_calls.py --factorizations``.
 
     Not for concurrent use: planning several solvers at once from a thread pool (one solver per thread) crashed the
     process on the H200 (segmentation fault; ``cudss_calls.py --threads 4``). A solver may move between threads
@@ -1488,8 +1525,10 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         direct_calls: bool = True,
         analysis_cache=None,
         deterministic: bool = False,
+        config: dict | None = None,
     ):
         permutation = _check_permutation_option(permutation)  # the options first: errors before imports
+        config = _check_cudss_config_option(config)
         if not isinstance(deterministic, bool):
             raise ValueError(f"deterministic: expected a bool, got {deterministic!r}")
         analysis_cache = _check_analysis_cache_option(analysis_cache)
@@ -1525,6 +1564,15 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         self.direct_calls = direct_calls
         self.analysis_cache = analysis_cache
         self.deterministic = deterministic
+        self.config = config
+        if config:
+            from nvmath.bindings import cudss
+
+            unknown = sorted(name for name in config if not hasattr(cudss.ConfigParam, name.upper()))
+            if unknown:
+                known = ", ".join(m.name.lower() for m in cudss.ConfigParam)
+                raise ValueError(f"config: unknown cuDSS configuration {unknown} (expected names of "
+                                 f"nvmath.bindings.cudss.ConfigParam: {known})")
         self.analysis_cache_hit = None  # the last plan: True (ordering and tree from the cache), False, None (off)
         self._dense = None  # direct calls: (b descriptor, x descriptor) of the planned float64 solver
         self._factored = None  # the pattern the solver's factors belong to (resolve)
@@ -1601,6 +1649,10 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
                 param = cudss.ConfigParam.DETERMINISTIC_MODE
                 flag = np.ones(1, dtype=cudss.get_config_param_dtype(int(param)))
                 cudss.config_set(solver.config_ptr, param, flag.ctypes.data, flag.nbytes)
+            for name, value in sorted(self.config.items()):
+                param = getattr(cudss.ConfigParam, name.upper())
+                arr = np.array([value], dtype=cudss.get_config_param_dtype(int(param)))
+                cudss.config_set(solver.config_ptr, param, arr.ctypes.data, arr.nbytes)
             if self.use_matching is not None:  # nvmath 1.0: a matching algorithm, NONE for off
                 solver.plan_config.matching_algorithm = (cudss.MatchingAlg.AUTO if self.use_matching
                                                          else cudss.MatchingAlg.NONE)
@@ -1638,6 +1690,8 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
         h = hashlib.sha256()
         h.update(repr((mat.shape, str(mat.dtype), self.active_matrix_type, self.reordering, self.use_matching,
                        self.execution, _cudss_version())).encode())
+        if self.config:  # (absent when empty: the keys of existing entries stay)
+            h.update(repr(sorted((k.lower(), int(v)) for k, v in self.config.items())).encode())
         h.update(cp.asnumpy(mat.indptr).tobytes())
         h.update(cp.asnumpy(mat.indices).tobytes())
         return h.hexdigest()[:32]
