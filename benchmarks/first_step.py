@@ -48,17 +48,20 @@ def main(argv=None) -> dict:
     wp.config.log_level = wp.LOG_WARNING  # as warp-meshad run: no module-load lines
     wp.init()
     loads = {"calls": 0, "s": 0.0}
-    original_load = wp._src.context.Module.load
+    from warp_meshad._src.codegen.warp_compat import install_module_hooks
 
-    def timed_load(self, *a, **kw):
-        start = time.perf_counter()
-        try:
-            return original_load(self, *a, **kw)
-        finally:
-            loads["calls"] += 1
-            loads["s"] += time.perf_counter() - start
+    def timing(original):
+        def timed_load(self, *a, **kw):
+            start = time.perf_counter()
+            try:
+                return original(self, *a, **kw)
+            finally:
+                loads["calls"] += 1
+                loads["s"] += time.perf_counter() - start
 
-    wp._src.context.Module.load = timed_load
+        return timed_load
+
+    install_module_hooks(timing)
     if args.loop:  # the app's DeviceLoop with other options
         import dataclasses
 
