@@ -136,7 +136,7 @@ case "$stage" in
     python3 -m benchmarks.cudss_calls_best "$OUTDIR/factorizations.jsonl" | tee "$OUTDIR/best_configs.txt"
     for scene in elastic/bunny param/bunny_cut; do
       best=$(grep "^$scene " "$OUTDIR/best_configs.txt" | cut -d' ' -f3-)
-      for run in cold default best default best; do
+      for run in ${FACT_RUNS:-cold default best default best}; do
         [ "$run" = best ] && export WARP_MESHAD_CUDSS_CONFIG="$best" || unset WARP_MESHAD_CUDSS_CONFIG
         timeout 100 python3 -m benchmarks.first_step "$scene" --top 0 > /tmp/fs.txt 2>&1
         head -1 /tmp/fs.txt >> "$OUTDIR/factorizations_apps.jsonl"
