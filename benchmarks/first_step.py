@@ -65,7 +65,7 @@ def main(argv=None) -> dict:
     if args.loop:  # the app's DeviceLoop with other options
         import dataclasses
 
-        from warp_meshad._src.app.config import AppConfig
+        from warp_meshad.app import AppConfig
 
         fields = {}
         for item in args.loop:
@@ -80,7 +80,7 @@ def main(argv=None) -> dict:
             return dataclasses.replace(loop, **fields) if dataclasses.is_dataclass(loop) else loop
 
         AppConfig.device_loop_option = with_fields
-    from warp_meshad._src.solve.solvers import NewtonSolver
+    from warp_meshad import NewtonSolver
 
     results = []  # each solve's SolveResult (for its Armijo tries)
     solve = NewtonSolver.solve
