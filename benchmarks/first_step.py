@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import json
 import pstats
@@ -29,6 +30,12 @@ def _histogram(values) -> dict:
     return dict(sorted(out.items()))
 
 
+def _gc_summary(pauses) -> dict:
+    """Garbage collections per generation and their total pause in ms."""
+    return {"collections": _histogram(g for g, _ in pauses), "ms": round(sum(ms for _, ms in pauses), 2),
+            "gen2_ms": round(sum(ms for g, ms in pauses if g == 2), 2)}
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("scene", help="app/scene, e.g. elastic/bunny")
@@ -36,6 +43,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
     parser.add_argument("--loop", action="append", default=[], metavar="FIELD=VALUE",
                         help="a DeviceLoop option of the app's captured loop (int or true/false), e.g. trials=2")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() after the app's setup: later collections skip what setup made")
     parser.add_argument("--top", type=int, default=30, help="cProfile lines of step 0")
     parser.add_argument("--out", help="write the numbers as JSON here")
     args = parser.parse_args(argv)
@@ -99,6 +108,18 @@ def main(argv=None) -> dict:
     setup_s = time.perf_counter() - t0
     loads_setup = dict(loads)
 
+    if args.gc_freeze:
+        gc.freeze()
+    gc_pauses = []  # (generation, ms) of every garbage collection during the steps
+    gc_start = {}
+
+    def gc_timer(phase, info):
+        if phase == "start":
+            gc_start["t"] = time.perf_counter()
+        else:
+            gc_pauses.append((info["generation"], (time.perf_counter() - gc_start.pop("t", time.perf_counter())) * 1e3))
+
+    gc.callbacks.append(gc_timer)
     steps = []
     profile = cProfile.Profile()
     for i in range(config.steps):
@@ -109,6 +130,7 @@ def main(argv=None) -> dict:
         wp.synchronize_device(args.device)
         if i == 0:
             profile.disable()
+            gc_step0 = list(gc_pauses)
         steps.append({"wall_ms": (time.perf_counter() - start) * 1000.0, "iterations": rec.get("iterations"),
                       "tries": list(results[-1].line_search_tries) if results else [],
                       "time_ms": {k: round(v, 3) for k, v in rec.get("time_ms", {}).items()}})
@@ -124,6 +146,7 @@ def main(argv=None) -> dict:
         "run_ms": round(sum(s["wall_ms"] for s in steps), 1), "steps": len(steps), "final_energy": app.energy,
         "iterations": sum(s["iterations"] or 0 for s in steps),
         "tries_histogram": _histogram(t for s in steps for t in s["tries"]),
+        "gc_freeze": args.gc_freeze, "gc_step0": _gc_summary(gc_step0), "gc_run": _gc_summary(gc_pauses),
     }
     print(json.dumps(summary))
     text = io.StringIO()

@@ -268,6 +268,37 @@ def test_check_final_failure_is_reported_after_outputs(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "metrics.json").read_text())["check_final"].startswith("failed: cloth: broken")
 
 
+def test_run_app_keeps_setup_objects_out_of_full_collections_during_the_steps(tmp_path, monkeypatch):
+    import gc
+
+    from warp_meshad.apps import cloth
+
+    seen = []
+    step = cloth.App.step
+
+    def recorded(self):
+        seen.append(gc.get_freeze_count())
+        return step(self)
+
+    monkeypatch.setattr(cloth.App, "step", recorded)
+    c = load_config(HANGING, test=True, overrides={"screenshot": False, "steps": 2},
+                    flags={"--output": {"output": str(tmp_path / "a")}})
+    assert gc.get_freeze_count() == 0
+    run_app(c, quiet=True)
+    assert len(seen) == 2 and min(seen) > 0, seen  # the steps ran with the setup's objects frozen
+    assert gc.get_freeze_count() == 0  # and they are collectable again after
+    # objects the caller froze stay frozen: the runner leaves a managed collector alone
+    gc.freeze()
+    try:
+        c = load_config(HANGING, test=True, overrides={"screenshot": False, "steps": 1},
+                        flags={"--output": {"output": str(tmp_path / "b")}})
+        run_app(c, quiet=True)
+        assert gc.get_freeze_count() > 0  # not unfrozen by the runner (freed objects leave the count as usual)
+    finally:
+        gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+
+
 def test_cli_list_and_errors(capsys, tmp_path):
     assert main(["list"]) == 0
     out = capsys.readouterr().out

@@ -10,6 +10,8 @@ compiles are announced on the log as each compile starts (:class:`~warp_meshad._
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import pathlib
 import time
@@ -35,7 +37,15 @@ from warp_meshad._src.codegen.module_loads import ModuleLoads
 from warp_meshad._src.mesh.files import new_file_mode
 from warp_meshad._src.plural import plural
 
-__all__ = ["RunReport", "WarmupReport", "run_app", "run_apps_batched", "step_apps_batched", "warmup_app"]
+__all__ = [
+    "RunReport",
+    "WarmupReport",
+    "run_app",
+    "run_apps_batched",
+    "setup_objects_frozen",
+    "step_apps_batched",
+    "warmup_app",
+]
 
 
 @dataclass
@@ -121,6 +131,27 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
     return RunReport(app, out, files, metrics, messages)
 
 
+@contextlib.contextmanager
+def setup_objects_frozen():
+    """Keep the objects alive before the steps out of the garbage collector's full collections while they run.
+
+    ``gc.freeze()`` moves every object the process holds (Warp's and warp_meshad's modules, the app's build) to the
+    collector's permanent generation, and ``gc.unfreeze()`` returns them after the steps, so nothing is kept from
+    collection for good. A full (generation 2) collection otherwise scans all of them: one fell in the first step of
+    ``elastic/bunny`` and took 139 ms of its 420 ms on a 2-core CPU host (``benchmarks/first_step.py``). Reference
+    counting still frees objects as usual. Nothing is changed where the collector is disabled or objects are already
+    frozen (the caller manages it).
+    """
+    own = gc.isenabled() and gc.get_freeze_count() == 0
+    if own:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        if own:
+            gc.unfreeze()
+
+
 def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, check: bool = True,
             log=None, plot: bool = True, prepared=None) -> RunReport:
     """Build the config's app, run it (headless, or in the viewer), check it, and write its outputs.
@@ -128,7 +159,8 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
     The output folder is checked for writing first. Each Warp module compiled while the app is built and run is
     announced on ``log`` as the compile starts; ``metrics.json["compile"]`` records the compiles and loads
     (:meth:`~warp_meshad._src.codegen.module_loads.ModuleLoads.summary`), ``cache_warm``, and the first and the median later
-    step time (``first_step_s``, ``median_step_s``: the first step pays for the compiles of a cold cache).
+    step time (``first_step_s``, ``median_step_s``: the first step pays for the compiles of a cold cache). The
+    steps run inside :func:`setup_objects_frozen` (no full garbage collection over the objects built before them).
 
     Args:
         config: an app config (from :func:`load_config`, or built directly).
@@ -178,7 +210,8 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
                 step_ends.append(time.perf_counter())
                 progress.update(a.steps_done, f"E={a.energy:.6g} it={rec['iterations']}")
 
-            app.run(after_step)
+            with setup_objects_frozen():
+                app.run(after_step)
         times["run"] = (time.perf_counter() - t0) * 1000.0
     times["compile"] = loads.compile_s * 1000.0
     if loads.compiled:
@@ -254,7 +287,8 @@ def run_apps_batched(configs: list[AppConfig], check: bool = True, plot: bool = 
         t0 = time.perf_counter()
         apps = [b[1] for b in built]
         try:
-            batched = step_apps_batched(apps)
+            with setup_objects_frozen():
+                batched = step_apps_batched(apps)
         except Exception:  # e.g. a linear solve of the whole batch failed: mesh by mesh instead, from new apps
             batched = False
             built = [(i, app_class(a.config.app, a.config.origin("app"))(a.config), out, times)
@@ -264,7 +298,8 @@ def run_apps_batched(configs: list[AppConfig], check: bool = True, plot: bool = 
             for i, app, _, times in list(built):
                 t1 = time.perf_counter()
                 try:
-                    app.run()
+                    with setup_objects_frozen():
+                        app.run()
                 except Exception as exc:
                     outcomes[i] = exc
                     built = [b for b in built if b[0] != i]
