@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the lent GPU host (see README "GPU runs"): unpack the carried Warp/cuDSS bundle once, then
 # run one stage: `tests`, `pile` (spot_pile, resumable), `bench` (mass-spring), `cache`, `bench19`, `bench20`, `apps19`,
-# `apps_loops`, `analyses`, `newton_tet`, `pack <stage> ...` (one archive of the stage's files), or any command after `--`.
+# `apps_loops`, `analyses`, `newton_tet`, `gc`, `pack <stage> ...` (one archive of the stage's files), or any command after `--`.
 set -u
 cd "$(dirname "$0")/.."
 # kernels compiled before: carried as .gpu/warpcache.tar.xz (or copied to /tmp/gpu/ by an earlier call), from this
@@ -183,6 +183,19 @@ case "$stage" in
         summary "$out/metrics.json" "$scene" "device_loop=$loop" ${EXTRA:-}
       done
     done
+    ;;
+  gc)
+    # session 14: Python's generation-2 collections in the apps' first step, without and with gc.freeze() before the
+    # steps (what run_app does since), alternated, one process each; then cuSOLVER's dense Cholesky (CuPy only)
+    for scene in ${GC_SCENES:-elastic/bunny param/bunny_cut param/armadillo}; do
+      for flag in "" --gc-freeze "" --gc-freeze; do
+        timeout 100 python3 -m benchmarks.first_step "$scene" --top 0 $flag > /tmp/fs.txt 2>&1
+        head -1 /tmp/fs.txt >> "$OUTDIR/gc.jsonl"
+        python3 -c "import json,sys; d=json.loads(open('/tmp/fs.txt').readline()); print(sys.argv[1], 'freeze', d['gc_freeze'], 'gc_step0', d['gc_step0'], 'gc_run_ms', d['gc_run']['ms'], 'run_ms', d['run_ms'], 'step0', round(d['step0']['wall_ms'],1), 'later', d['later_median_wall_ms'], 'its', d['iterations'], 'E', d['final_energy'])" "$scene" 2>&1 | tail -1 | tee -a "$OUTDIR/gc.txt"
+      done
+    done
+    timeout "${DENSE_S:-120}" python3 -m benchmarks.dense_cholesky --float32 > "$OUTDIR/dense_cholesky.jsonl" 2>&1
+    echo "dense_cholesky rc $?"; cut -c1-300 "$OUTDIR/dense_cholesky.jsonl"
     ;;
   pack)
     # a call returns at most 8 files from $OUT: run the given stage with its files in a scratch folder, then pack
