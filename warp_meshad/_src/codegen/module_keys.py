@@ -115,23 +115,24 @@ def _function(fn: wp.Function, seen: set, h) -> bool:
     return True
 
 
-def _python_function(func, seen: set, h) -> bool:
-    """Fold a Python function's source and every name it reads (globals, closure cells, attribute chains)."""
+_SOURCES: dict = {}  # code object -> (source, the names it reads in walk order) or None: see _read_names
+
+
+def _read_names(func):
+    """A Python function's source and the names it reads, in the order :func:`_python_function` folds them, each
+    once: ``("attr", path, base, chain)`` for an attribute chain on a name, ``("name", id)`` for a bare name. Both are
+    functions of the code object alone (the values are resolved on every call), so they are kept per code object:
+    a function's source is read and parsed once per process. None when the source is not available."""
+    code = func.__code__
+    if code in _SOURCES:
+        return _SOURCES[code]
     try:
         src = textwrap.dedent(inspect.getsource(func))
         tree = ast.parse(src)
     except (OSError, TypeError, SyntaxError):
-        return False
-    h.update(f"func:{func.__module__}.{func.__qualname__}:{len(src)}:".encode())
-    h.update(src.encode())
-    scope = dict(func.__globals__)
-    if func.__closure__:
-        for name, cell in zip(func.__code__.co_freevars, func.__closure__):
-            try:
-                scope[name] = cell.cell_contents
-            except ValueError:
-                return False
-    done = set()
+        _SOURCES[code] = None
+        return None
+    names, done = [], set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             chain, base = [], node
@@ -141,29 +142,52 @@ def _python_function(func, seen: set, h) -> bool:
             if not isinstance(base, ast.Name):
                 continue
             path = ".".join([base.id, *reversed(chain)])
-            if path in done:
-                continue
-            done.add(path)
-            value = scope.get(base.id, _MISSING)
-            for attr in reversed(chain):
+            if path not in done:
+                done.add(path)
+                names.append(("attr", path, base.id, tuple(reversed(chain))))
+        elif isinstance(node, ast.Name) and node.id not in done:
+            done.add(node.id)
+            names.append(("name", node.id))
+    _SOURCES[code] = (src, tuple(names))
+    return _SOURCES[code]
+
+
+def _python_function(func, seen: set, h) -> bool:
+    """Fold a Python function's source and every name it reads (globals, closure cells, attribute chains)."""
+    read = _read_names(func)
+    if read is None:
+        return False
+    src, names = read
+    h.update(f"func:{func.__module__}.{func.__qualname__}:{len(src)}:".encode())
+    h.update(src.encode())
+    scope = dict(func.__globals__)
+    if func.__closure__:
+        for name, cell in zip(func.__code__.co_freevars, func.__closure__):
+            try:
+                scope[name] = cell.cell_contents
+            except ValueError:
+                return False
+    for entry in names:
+        if entry[0] == "attr":
+            _, path, base, chain = entry
+            value = scope.get(base, _MISSING)
+            for attr in chain:
                 if value is _MISSING:
                     break
                 value = getattr(value, attr, _MISSING)
-            if value is _MISSING or isinstance(value, types.ModuleType) and base.id in scope:
+            if value is _MISSING or isinstance(value, types.ModuleType) and base in scope:
                 h.update(f"attr:{path}:{'?' if value is _MISSING else 'module:' + value.__name__};".encode())
                 continue
             h.update(f"attr:{path}=".encode())
             if not _describe(value, seen, h):
                 return False
-        elif isinstance(node, ast.Name):
-            if node.id in done:
-                continue
-            done.add(node.id)
-            value = scope.get(node.id, _MISSING)
+        else:
+            name = entry[1]
+            value = scope.get(name, _MISSING)
             if value is _MISSING:  # a local, an argument or a Python builtin: the source says which
-                h.update(f"name:{node.id}:{'builtin' if hasattr(builtins, node.id) else 'local'};".encode())
+                h.update(f"name:{name}:{'builtin' if hasattr(builtins, name) else 'local'};".encode())
                 continue
-            h.update(f"name:{node.id}=".encode())
+            h.update(f"name:{name}=".encode())
             if not _describe(value, seen, h):
                 return False
     return True
