@@ -22,6 +22,7 @@ isometrically) with its colour bar; the viewer also offers ``E_f / A_f`` and the
 
 from __future__ import annotations
 
+import math
 import pathlib
 import time
 from typing import ClassVar, Literal, Optional
@@ -64,6 +65,10 @@ class ParamConfig(AppConfig):
             iteration count on the CPU) and cuDSS then factorizes by Cholesky. Not the default: on the H200 3 of
             34 pinned param/armadillo runs in the captured device loop stopped early at a wrong point (sessions
             11-12; two of them at the same E/A 4.144334), none of 14 unpinned ones (benchmarks/README.md).
+        hessian_shift: Newton: ``sigma >= 0`` added to the projected Hessian's diagonal
+            (``NewtonSolver(hessian_shift=...)``): the translations then have eigenvalues ~sigma instead of
+            ~projection_eps, so cuDSS can factor by Cholesky without a pin; the minimum is the same. 0 (the
+            default): no shift, LU.
     """
 
     device_loop_supported: ClassVar[bool] = True
@@ -80,6 +85,7 @@ class ParamConfig(AppConfig):
     expected_energy_per_area: Optional[float] = None
     expected_rtol: float = 1e-5
     pin_vertex: Optional[int] = None
+    hessian_shift: float = 0.0
 
     def validate(self):
         errors = super().validate()
@@ -97,6 +103,8 @@ class ParamConfig(AppConfig):
             errors.append(("expected_rtol", f"expected a number > 0, got {self.expected_rtol}"))
         if self.pin_vertex is not None and not self.pin_vertex >= 0:
             errors.append(("pin_vertex", f"expected a vertex index >= 0 or null, got {self.pin_vertex}"))
+        if not (math.isfinite(self.hessian_shift) and self.hessian_shift >= 0.0):
+            errors.append(("hessian_shift", f"expected a finite number >= 0, got {self.hessian_shift}"))
         return errors
 
 
@@ -183,7 +191,8 @@ class App(_AppBase):
         if c.solver == "newton":
             self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=True,
                                           projection=c.projection, projection_eps=c.projection_eps,
-                                          fixed=self.pinned, device_loop=c.device_loop_option(dev))
+                                          fixed=self.pinned, device_loop=c.device_loop_option(dev),
+                                          hessian_shift=c.hessian_shift)
         else:
             self.solver = wm.LBFGSSolver(self.problem)
         self.newton_decrements: list[float] = []
@@ -214,7 +223,8 @@ class App(_AppBase):
             return None
         return BatchStepParts(self.problem, self.uv, self.pinned,
                               {"linear_solver": c.linear_solver, "project_hessian": True, "projection": c.projection,
-                               "projection_eps": c.projection_eps}, self._solve_options())
+                               "projection_eps": c.projection_eps, "hessian_shift": c.hessian_shift},
+                              self._solve_options())
 
     def finish_batch_step(self, result, seconds: float, cpu_seconds: float) -> dict:
         return self._take(result, seconds, cpu_seconds)

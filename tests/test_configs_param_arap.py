@@ -122,6 +122,23 @@ def test_param_device_loop_takes_the_host_loops_steps():
     np.testing.assert_allclose([r[1] for r in runs[1:]], runs[0][1], rtol=1e-12)
 
 
+def test_param_hessian_shift_keeps_the_minimum_and_the_iterations():
+    """``hessian_shift`` (the projected Hessian shifted by sigma I, no pin): the translations get eigenvalues ~sigma,
+    the rest changes by ~sigma / lambda, so the run reaches the unshifted minimum in as many iterations (+-1); with
+    cuDSS it is factored by Cholesky."""
+    runs = {}
+    for shift in (0.0, 1e-8):
+        app = make_app("param", "bunny_cut", hessian_shift=shift, iterations=300)
+        app.run()
+        runs[shift] = app
+    shifted, plain = runs[1e-8], runs[0.0]
+    if shifted.solver.linear_solver.name == "cudss":
+        assert shifted.solver.linear_solver.active_matrix_type == "spd"
+    assert shifted.history[-1]["reason"] == plain.history[-1]["reason"] == "newton_decrement"
+    assert abs(shifted.history[-1]["iterations"] - plain.history[-1]["iterations"]) <= 1
+    np.testing.assert_allclose(shifted.energy_per_area, plain.energy_per_area, rtol=1e-8)
+
+
 def test_param_pin_vertex_only_removes_the_translation_gauge():
     """Pinning one vertex (``pin_vertex``) keeps it at its start and reaches the unpinned run's minimum in as many
     iterations: the symmetric Dirichlet energy does not see translations. (Step by step the runs agree to ~1e-6 only:
@@ -212,6 +229,7 @@ def test_param_unit_start_is_the_tutte_disk():
         ("mesh: grid\n", "mesh", "has no generator"),
         ("tollerance: 1.0\n", "tollerance", "did you mean 'tolerance'"),
         ("pin_vertex: -1\n", "pin_vertex", "expected a vertex index >= 0 or null"),
+        ("hessian_shift: -1.0e-8\n", "hessian_shift", "expected a finite number >= 0"),
     ],
 )
 def test_bad_param_config_names_the_key(tmp_path, text, key, fragment):

@@ -84,6 +84,10 @@ def test_auto_compaction_waits_until_the_saved_rounds_pay_for_an_analysis():
     assert fixed._compacts(0.5, 0, {}) and not fixed._compacts(0.6, 100, times)
     with pytest.raises(ValueError, match=r"compact=...\): expected 'auto' or a fraction in \[0, 1\), got 'always'"):
         wm.BatchNewtonSolver(wm.ProblemBatch(problems), linear_solver="qdldl", compact="always")
+    with pytest.raises(ValueError, match=r"BatchNewtonSolver\(hessian_shift=...\): expected a finite number >= 0"):
+        wm.BatchNewtonSolver(wm.ProblemBatch(problems), linear_solver="qdldl", hessian_shift=-1.0)
+    shifted = wm.BatchNewtonSolver(wm.ProblemBatch(problems), linear_solver="qdldl", hessian_shift=1e-8)
+    assert shifted._first.newton.hessian_shift == 1e-8  # handed to the driver of every stage
 
 
 def test_param_batch_equals_single_solves():

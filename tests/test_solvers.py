@@ -101,6 +101,48 @@ def test_quadratic_converges_in_one_newton_step(device):
     assert result.linear_converged == [True] and result.linear_solves_capped == 0
 
 
+@pytest.mark.parametrize("device_loop", [False, True], ids=["host_loop", "device_loop"])
+def test_hessian_shift_solves_the_shifted_system(device, device_loop):
+    """``hessian_shift=sigma``: the direction solves (H + sigma I) d = -g; on a convex quadratic the full step is
+    accepted, so one iteration lands on x0 - (K + sigma I)^-1 (K x0 - rhs), in the host and the device loop."""
+    problem, K, rhs, x0 = quadratic_problem(device=device)
+    sigma = 0.5
+    result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False, hessian_shift=sigma,
+                          device_loop=device_loop).solve(x0, max_iterations=1, tolerance=0.0)
+    assert result.iterations == 1 and result.step_sizes == [1.0]
+    x = x0.numpy()
+    expected = x - np.linalg.solve(K + sigma * np.eye(len(K)), K @ x - rhs)
+    np.testing.assert_allclose(result.x.numpy(), expected, rtol=1e-10, atol=1e-12)
+    assert np.abs(expected - np.linalg.solve(K, rhs)).max() > 1e-3  # not the unshifted Newton step
+
+
+def test_hessian_shift_is_checked():
+    problem, _, _, _ = quadratic_problem()
+    for bad in (-1e-3, float("nan"), float("inf"), "x"):
+        with pytest.raises(ValueError, match=r"hessian_shift: expected a finite number >= 0"):
+            NewtonSolver(problem, linear_solver="scipy", hessian_shift=bad)
+
+
+def test_hessian_shift_with_projection_asks_cudss_for_cholesky(monkeypatch):
+    """A shifted projected Hessian is SPD: a back-end named "cudss" (or "auto") gets matrix_type="spd_or_general"
+    (Cholesky, LU if one fails) unless the caller names one; an unprojected Hessian may be indefinite: no change."""
+    from warp_meshad._src.solve import solvers
+
+    seen = []
+
+    def fake(name, **options):
+        seen.append(options)
+        return linear.ScipySolver()
+
+    monkeypatch.setattr(solvers, "make_linear_solver", fake)
+    problem, _, _, _ = quadratic_problem()
+    NewtonSolver(problem, linear_solver="cudss", hessian_shift=1e-8)
+    NewtonSolver(problem, linear_solver="auto", hessian_shift=1e-8, linear_solver_options={"matrix_type": "general"})
+    NewtonSolver(problem, linear_solver="cudss")
+    NewtonSolver(problem, linear_solver="cudss", project_hessian=False, hessian_shift=1e-8)
+    assert [o.get("matrix_type") for o in seen] == ["spd_or_general", "general", None, None]
+
+
 def test_newton_hooks_run_in_order_and_steer_the_loop(device):
     """The shells app's hooks: refresh before the derivatives, the line search's own trial energy (here rejecting its
     first trial), the step bound after it, and an extra stop test on the direction."""

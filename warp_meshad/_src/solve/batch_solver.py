@@ -23,12 +23,11 @@ from typing import Any, Callable
 import numpy as np
 import warp as wp
 
-from warp_meshad._src.plural import plural
 from warp_meshad._src.problem.batch import ProblemBatch
-from warp_meshad._src.solve.constraints import fixed_indices, zero_fixed_rows
+from warp_meshad._src.solve.constraints import fixed_indices
 from warp_meshad._src.solve.linear import LinearSolver
 from warp_meshad._src.solve.line_search import check_armijo_settings
-from warp_meshad._src.solve.solvers import NewtonSolver, SolveResult, _check_projection, solve_tolerances
+from warp_meshad._src.solve.solvers import NewtonSolver, SolveResult, _check_projection, check_hessian_shift, solve_tolerances
 from warp_meshad._src.solve.vector_ops import check_finite_variables
 
 __all__ = ["BatchNewtonSolver", "BatchSolveResult"]
@@ -159,7 +158,7 @@ class BatchNewtonSolver:
         linear_solver: back-end name or :class:`~warp_meshad.LinearSolver` (``"auto"``: cuDSS on a GPU where
             installed); it factors the block-diagonal system of all meshes. A ``LinearSolver`` instance is used for
             the first batch only; the compacted batches get new back-ends of its name.
-        project_hessian, projection, projection_eps: as :class:`~warp_meshad.NewtonSolver`.
+        project_hessian, projection, projection_eps, hessian_shift: as :class:`~warp_meshad.NewtonSolver`.
         fixed: per mesh, the indices of its pinned variables (None for none), or None.
         linear_solver_options, shrink, max_line_search_tries, armijo_c: as :class:`~warp_meshad.NewtonSolver`.
         compact: ``"auto"`` (the rule above), or a fraction: compact when the active meshes hold at most this
@@ -179,6 +178,7 @@ class BatchNewtonSolver:
         max_line_search_tries: int = 64,
         armijo_c: float = 1e-4,
         compact: float | str = "auto",
+        hessian_shift: float = 0.0,
     ):
         if not isinstance(batch, ProblemBatch):
             raise TypeError(f"BatchNewtonSolver(batch=...): expected a ProblemBatch, got {type(batch).__name__}")
@@ -196,6 +196,7 @@ class BatchNewtonSolver:
         self.fixed = fixed if fixed is not None else [None] * batch.size
         self._options = {"linear_solver": linear_solver, "project_hessian": project_hessian,
                          "projection": projection, "projection_eps": projection_eps,
+                         "hessian_shift": check_hessian_shift(hessian_shift, "BatchNewtonSolver(hessian_shift=...)"),
                          "linear_solver_options": linear_solver_options}  # fmt: skip
         self._first = _Stage(batch, self.fixed, self._options)
         self.linear_solver = self._first.newton.linear_solver

@@ -56,7 +56,7 @@ from warp_meshad._src.solve import device_loop_kernels as k
 from warp_meshad._src.solve.constraints import apply_dirichlet, zero_fixed_rows
 from warp_meshad._src.solve.linear import LinearSolveError
 from warp_meshad._src.solve.phase_timer import PhaseTimer
-from warp_meshad._src.solve.vector_ops import scale_into
+from warp_meshad._src.solve.vector_ops import add_to_diagonal, scale_into
 
 __all__ = ["DeviceLoop", "read_record"]
 
@@ -172,6 +172,8 @@ class DeviceLoopRunner:
         if hessian:
             projection = solver.projection if solver.project_hessian else None
             energy, g, self.H = p.assemble_hessian(self.x, projection=projection, eps=solver.projection_eps)
+            if solver.hessian_shift > 0.0:
+                add_to_diagonal(self.H, solver.hessian_shift)
         else:
             energy, g = p.assemble_gradient(self.x)
         wp.copy(self.g, g)

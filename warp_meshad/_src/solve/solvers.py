@@ -47,6 +47,7 @@ __all__ = [
     "NewtonHooks",
     "NewtonSolver",
     "SolveResult",
+    "check_hessian_shift",
     "solve_tolerances",
 ]
 
@@ -437,6 +438,17 @@ class _StopSolve(Exception):
         self.energy = energy
 
 
+def check_hessian_shift(hessian_shift, name: str = "hessian_shift") -> float:
+    """``hessian_shift`` as a float; ValueError unless it is a finite number >= 0."""
+    try:
+        value = float(hessian_shift)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a finite number >= 0, got {hessian_shift!r}") from None
+    if not (math.isfinite(value) and value >= 0.0):
+        raise ValueError(f"{name}: expected a finite number >= 0, got {hessian_shift!r}")
+    return value
+
+
 def _check_projection(projection: str) -> None:
     if projection not in _PROJECTIONS:
         raise ValueError(f"projection: expected one of {_PROJECTIONS}, got {projection!r}")
@@ -465,9 +477,9 @@ class NewtonSolver(_Driver):
         projection_eps: smallest eigenvalue kept by the projection.
         fixed: indices of variables that never move (sequence, numpy or wp.array of ints), or None.
         linear_solver_options: keyword options for :func:`~warp_meshad._src.solve.linear.make_linear_solver`.
-            With a back-end named ``"auto"`` or ``"cudss"``, ``project_hessian`` and pinned variables (``fixed``)
-            and no ``matrix_type`` given, cuDSS gets ``matrix_type="spd_or_general"``: Cholesky, which halves the
-            factorization of such SPD systems, with LU taking over if one fails. cuDSS's ``deterministic`` mode
+            With a back-end named ``"auto"`` or ``"cudss"``, ``project_hessian``, pinned variables (``fixed``) or a
+            ``hessian_shift`` > 0, and no ``matrix_type`` given, cuDSS gets ``matrix_type="spd_or_general"``:
+            Cholesky, which halves the factorization of such SPD systems, with LU taking over if one fails. cuDSS's ``deterministic`` mode
             is not asked for on its own (see :class:`~warp_meshad._src.solve.linear.CudssSolver`).
         step_bound_fn: optional ``(x, d) -> float`` capping the line-search step (CCD).
         shrink, max_line_search_tries, armijo_c: Armijo settings (TinyAD defaults 0.8, 64, 1e-4).
@@ -483,6 +495,14 @@ class NewtonSolver(_Driver):
             for the captured loop on a GPU (``device_loop: auto``). With cuDSS captured in the slot's graph, on the
             H200 elastic/bunny's 40 steps took 0.41-0.49 s against 0.84 s in the host loop (benchmarks/README.md,
             session 12), cuDSS being most of an iteration.
+        hessian_shift: ``sigma >= 0`` added to every diagonal coefficient of the (projected) Hessian before the
+            solve, on the device: the direction solves ``(H + sigma I) d = -g`` (a fixed Levenberg-Marquardt term).
+            An energy that does not see rigid motions has a projected Hessian that is singular along them up to the
+            projection's clamp (``projection_eps`` per element); a shift well above round-off and well below the
+            Hessian's other eigenvalues makes it definite, so cuDSS can factor it by Cholesky (see
+            ``linear_solver_options``), and it bounds a direction's component along a mode that is nearly singular
+            near the minimum. The gradient is orthogonal to exact gauge modes, so the minimum does not move;
+            directions change by about ``sigma / lambda`` elsewhere. 0 (the default): no shift.
     """
 
     uses_newton_decrement = True
@@ -502,16 +522,18 @@ class NewtonSolver(_Driver):
         armijo_c: float = 1e-4,
         hooks: NewtonHooks | None = None,
         device_loop: bool | DeviceLoop = False,
+        hessian_shift: float = 0.0,
     ):
         super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn, hooks)
         _check_projection(projection)
         self.project_hessian = bool(project_hessian)
         self.projection = projection
         self.projection_eps = float(projection_eps)
+        self.hessian_shift = check_hessian_shift(hessian_shift)
         linear_options = dict(linear_solver_options or {})
         cudss_by_name = isinstance(linear_solver, str) and linear_solver in ("auto", "cudss")
-        if cudss_by_name and self.project_hessian and self.fixed_indices is not None:
-            # pinned + projected: SPD (Cholesky, LU if it fails)
+        if cudss_by_name and self.project_hessian and (self.fixed_indices is not None or self.hessian_shift > 0.0):
+            # pinned or shifted + projected: SPD (Cholesky, LU if it fails)
             linear_options.setdefault("matrix_type", "spd_or_general")
         self.linear_solver = make_linear_solver(linear_solver, device=problem.device, dtype=_scalar_type(problem),
                                                 **linear_options)
@@ -521,8 +543,12 @@ class NewtonSolver(_Driver):
 
     def _hessian(self, x):
         if self.project_hessian:
-            return self.problem.eval_with_hessian_proj(x, mode=self.projection, eps=self.projection_eps)
-        return self.problem.eval_with_hessian(x)
+            f, g, H = self.problem.eval_with_hessian_proj(x, mode=self.projection, eps=self.projection_eps)
+        else:
+            f, g, H = self.problem.eval_with_hessian(x)
+        if self.hessian_shift > 0.0:
+            add_to_diagonal(H, self.hessian_shift)
+        return f, g, H
 
     def _derivatives(self, x):
         f, g, H = self._hessian(x)
