@@ -95,6 +95,10 @@ class ElasticConfig(AppConfig):
         twist: total rotation of the driven side about its outward axis through its centroid [degrees].
         stretch: total outward displacement of the driven side, a fraction of the mesh's extent along its axis.
         ramp_steps: steps over which twist and stretch are reached (null: all ``steps``).
+        keep_start_factors: a step whose solve starts where the last one ended (no driven side) takes its first
+            Newton direction from the factorization that solve ended with (``NewtonSolver(keep_start_factors=...)``:
+            the inertia target and gravity do not enter the Hessian), saving one factorization per step after the
+            first; the same iterates. Default false until measured on a GPU (benchmarks/README.md, session 14).
     """
 
     device_loop_supported: ClassVar[bool] = True
@@ -104,6 +108,7 @@ class ElasticConfig(AppConfig):
     dtype: Literal["float64"] = "float64"
     solver: Literal["newton"] = "newton"
     project_hessian: bool = True
+    keep_start_factors: bool = False
     steps: int = 40
     iterations: int = 30
     tolerance: float = 1e-6
@@ -260,7 +265,8 @@ class App(_AppBase):
 
         self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=c.project_hessian,
                                       fixed=self.pinned if self.pinned.size else None,
-                                      device_loop=c.device_loop_option(dev))
+                                      device_loop=c.device_loop_option(dev),
+                                      keep_start_factors=c.keep_start_factors)
 
     # -- driven pins -------------------------------------------------------------------------------------------------
 

@@ -194,6 +194,12 @@ case "$stage" in
         python3 -c "import json,sys; d=json.loads(open('/tmp/fs.txt').readline()); print(sys.argv[1], 'freeze', d['gc_freeze'], 'gc_step0', d['gc_step0'], 'gc_run_ms', d['gc_run']['ms'], 'run_ms', d['run_ms'], 'step0', round(d['step0']['wall_ms'],1), 'later', d['later_median_wall_ms'], 'its', d['iterations'], 'E', d['final_energy'])" "$scene" 2>&1 | tail -1 | tee -a "$OUTDIR/gc.txt"
       done
     done
+    for keep in false true false true; do  # elastic's keep_start_factors (one factorization less per step)
+      timeout 100 python3 -m benchmarks.first_step elastic/bunny --top 0 --gc-freeze --set keep_start_factors=$keep \
+        > /tmp/fs.txt 2>&1
+      head -1 /tmp/fs.txt >> "$OUTDIR/gc.jsonl"
+      python3 -c "import json,sys; d=json.loads(open('/tmp/fs.txt').readline()); print('elastic/bunny keep_start_factors', sys.argv[1], 'run_ms', d['run_ms'], 'step0', round(d['step0']['wall_ms'],1), 'later', d['later_median_wall_ms'], 'its', d['iterations'], 'E', d['final_energy'])" "$keep" 2>&1 | tail -1 | tee -a "$OUTDIR/gc.txt"
+    done
     timeout "${DENSE_S:-120}" python3 -m benchmarks.dense_cholesky --float32 > "$OUTDIR/dense_cholesky.jsonl" 2>&1
     echo "dense_cholesky rc $?"; cut -c1-300 "$OUTDIR/dense_cholesky.jsonl"
     ;;

@@ -542,3 +542,51 @@ def test_gpu_matrix_free_and_lbfgs_quadratic(solver_cls):
     result = solver_cls(problem).solve(x0, max_iterations=200, tolerance=1e-12, gradient_tolerance=1e-8)
     assert result.converged, result.reason
     np.testing.assert_allclose(result.x.numpy(), np.linalg.solve(K, rhs), rtol=1e-6, atol=1e-6)
+
+
+def _counting_backend(backend):
+    """Count a linear back-end's factorizing solves and its solves with kept factors."""
+    counts = {"solve": 0, "resolve": 0}
+    solve, resolve = backend.solve, backend.resolve
+
+    def counted_solve(A, b, x):
+        counts["solve"] += 1
+        return solve(A, b, x)
+
+    def counted_resolve(A, b, x):
+        counts["resolve"] += 1
+        return resolve(A, b, x)
+
+    backend.solve, backend.resolve = counted_solve, counted_resolve
+    return counts
+
+
+@pytest.mark.parametrize("device_loop", [False, True], ids=["host_loop", "device_loop"])
+def test_keep_start_factors_solves_a_run_that_starts_at_the_factored_point_without_factorizing(device, device_loop):
+    """Time steps of a quadratic whose anchors move between solves (the data enters the gradient only): every solve
+    ends by factorizing at its last point for the stop test; with keep_start_factors the next solve, which starts
+    there, takes its first direction from the kept factors. Same iterates as without; a start elsewhere factorizes."""
+    runs = {}
+    for keep in (False, True):
+        problem, _, _, x0 = quadratic_problem(device=device)
+        data = problem.terms[0].data
+        targets = data.target.numpy()
+        solver = NewtonSolver(problem, linear_solver="scipy", project_hessian=False, keep_start_factors=keep,
+                              device_loop=device_loop)
+        counts = _counting_backend(solver.linear_solver)
+        x, results = x0, []
+        for step in range(3):
+            data.target.assign(targets + 0.1 * (step + 1))
+            results.append(solver.solve(x, tolerance=1e-12, gradient_tolerance=0.0))
+            x = results[-1].x
+        moved = wp.clone(x)
+        moved.assign(moved.numpy() + 0.01)  # a start that is not the factored point
+        results.append(solver.solve(moved, tolerance=1e-12, gradient_tolerance=0.0))
+        runs[keep] = (results, dict(counts), solver.kept_solves)
+    (plain, plain_counts, _), (kept, kept_counts, kept_solves) = runs[False], runs[True]
+    for a, b in zip(plain, kept):
+        assert a.iterations == b.iterations and a.reason == b.reason
+        np.testing.assert_allclose(b.energies, a.energies, rtol=1e-12)
+        np.testing.assert_allclose(b.x.numpy(), a.x.numpy(), rtol=1e-10, atol=1e-12)
+    assert plain_counts["resolve"] == 0 and kept_solves == kept_counts["resolve"] == 2  # steps 2 and 3
+    assert kept_counts["solve"] == plain_counts["solve"] - 2

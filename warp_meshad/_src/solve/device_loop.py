@@ -56,7 +56,7 @@ from warp_meshad._src.solve import device_loop_kernels as k
 from warp_meshad._src.solve.constraints import apply_dirichlet, zero_fixed_rows
 from warp_meshad._src.solve.linear import LinearSolveError
 from warp_meshad._src.solve.phase_timer import PhaseTimer
-from warp_meshad._src.solve.vector_ops import add_to_diagonal, scale_into
+from warp_meshad._src.solve.vector_ops import add_to_diagonal, mark_if_different, scale_into
 
 __all__ = ["DeviceLoop", "read_record"]
 
@@ -151,6 +151,10 @@ class DeviceLoopRunner:
         self._graphs: dict = {}
         self.solve_capture_error: str | None = None  # why capturing the linear solve failed (then never tried again)
         self.conditional_error: str | None = None  # why the line search's while node could not be captured
+        # keep_start_factors: the point of the last factorization (copied by every factorizing slot, on the device)
+        self.keep = bool(getattr(solver, "keep_start_factors", False)) and options.poll
+        self.factored_x = vec() if self.keep else None
+        self.factored = False  # a factorizing slot has been queued (the back-end holds factors of factored_x)
 
     # -- buffers ----------------------------------------------------------------------------------------------------
 
@@ -183,16 +187,20 @@ class DeviceLoopRunner:
         wp.launch(k.check_point, dim=1, device=self.device,
                   inputs=[energy, self.gg, int(hessian), s["gtol"], s["max_iterations"], self.state, self.history])
 
-    def _before_solve(self) -> None:
+    def _before_solve(self, kept: bool = False) -> None:
+        if self.keep and not kept:
+            wp.copy(self.factored_x, self.x)  # this slot factorizes at x
         scale_into(self.rhs, -1.0, self.g)
         if self.solver.fixed_mask is not None:
             apply_dirichlet(self.H, self.rhs, self.solver.fixed_mask)
         self.solved.zero_()
         self.solve_failed.zero_()
 
-    def _linear_solve(self, infos: list) -> None:
+    def _linear_solve(self, infos: list, kept: bool = False) -> None:
+        backend = self.solver.linear_solver
+        solve = backend.resolve_deferred if kept else backend.solve_deferred
         try:
-            infos.append(self.solver.linear_solver.solve_deferred(self.H, self.rhs, self.solved, self.residual_sq))
+            infos.append(solve(self.H, self.rhs, self.solved, self.residual_sq))
         except LinearSolveError:
             infos.append(None)
             self.solve_failed.fill_(1)
@@ -236,10 +244,11 @@ class DeviceLoopRunner:
         wp.launch(k.finish_line_search, dim=1, device=dev,
                   inputs=[s["energy_tolerance"], tries, self.state, self.history])
 
-    def _slot(self, infos: list, hessian_next: bool, s) -> None:
-        """Queue one slot, uncaptured, with a phase lap after each part."""
-        self._before_solve()
-        self._linear_solve(infos)
+    def _slot(self, infos: list, hessian_next: bool, s, kept: bool = False) -> None:
+        """Queue one slot, uncaptured, with a phase lap after each part (``kept``: solve with the back-end's kept
+        factors instead of factorizing)."""
+        self._before_solve(kept)
+        self._linear_solve(infos, kept)
         self.timer.lap("linear_solve")
         self._line_search(s)
         self.timer.lap("line_search")
@@ -362,13 +371,18 @@ class DeviceLoopRunner:
             self._captured_start(s)  # a later run (a time step): the start's derivatives replayed too
         else:
             self._derivatives(True, s)
+        if self.keep and self.factored:  # state[SAME_START]: the start is the point the kept factors belong to
+            wp.launch(k.start_may_keep_factors, dim=1, device=self.device, inputs=[self.solve_failed, self.state])
+            mark_if_different(self.x, self.factored_x, self.state, int(k.SAME_START))
         self.timer.lap("derivatives")
         iterations_seen, stopped_by_callback, rejected = 0, False, 0
         tries_rounds = math.ceil(self.solver.max_line_search_tries / self.options.trials)
         slots = max_iterations if not self.options.poll else max_iterations * tries_rounds
+        kept = False
         for slot in range(slots + 1):
             if self.options.poll:
                 state = read_record(self.state)
+                kept = slot == 0 and self.keep and state[k.SAME_START] == 1.0
                 iterations = int(state[k.ITERATIONS])
                 if callback is not None and iterations > iterations_seen and state[k.PHASE] == 0.0:
                     iterations_seen = iterations
@@ -387,10 +401,15 @@ class DeviceLoopRunner:
                 break
             hessian_next = after != max_iterations  # the host loop's gradient-only evaluation at the cap
             # a run's first slot is captured only with the graphs of an earlier run (kernels loaded, same buffers)
-            if self.options.capture and hessian_next and (infos or self._has_graphs(s)):
+            if kept:  # the first direction from the kept factors: uncaptured (the graphs factorize)
+                self._slot(infos, hessian_next, s, kept=True)
+                self.solver.kept_solves += 1
+            elif self.options.capture and hessian_next and (infos or self._has_graphs(s)):
                 self._captured_slot(infos, s)
+                self.factored = True
             else:
                 self._slot(infos, hessian_next, s)
+                self.factored = True
         record = read_record(self.record)
         self._fill(result, record, infos, stopped_by_callback)
         result.x = wp.clone(self.x)

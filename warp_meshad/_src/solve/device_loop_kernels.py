@@ -28,7 +28,8 @@ ITERATIONS = wp.constant(12)  # line searches finished (SolveResult.iterations)
 SLOT = wp.constant(13)  # slots launched (1-based index of the current one)
 REJECTED = wp.constant(14)  # linear solves whose direction was rejected for its residual and redone (the host reacts)
 REDO_AT = wp.constant(15)  # 1 + the point whose solve was last redone (one redo per point)
-STATE_SIZE = 16
+SAME_START = wp.constant(16)  # 1 when the run starts where the kept factorization was made (keep_start_factors)
+STATE_SIZE = 17
 
 # history columns (float64 table [max_iterations + 1, HISTORY_SIZE], one row per point x_it)
 H_ENERGY = wp.constant(0)
@@ -266,3 +267,9 @@ def finish_line_search(
         history[it, H_TRIES] = state[TRIES]
         state[ITERATIONS] = state[ITERATIONS] + wp.float64(1.0)
         _stop(state, LINE_SEARCH_FAILED)
+
+
+@wp.kernel(enable_backward=False, module="unique")
+def start_may_keep_factors(solve_failed: wp.array(dtype=wp.int32), state: wp.array(dtype=wp.float64)):
+    """Before the comparison of the start point with the factored one: 1 unless the last solve failed."""
+    state[SAME_START] = wp.where(solve_failed[0] == 0, wp.float64(1.0), wp.float64(0.0))

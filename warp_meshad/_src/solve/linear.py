@@ -423,6 +423,21 @@ class LinearSolver:
         finally:
             self._deferred = None
 
+    def resolve_deferred(self, A: wps.BsrMatrix, b: wp.array, x: wp.array, residual_sq: wp.array) -> LinearSolveInfo:
+        """:meth:`resolve` (the last factorization, another right-hand side) with :meth:`solve_deferred`'s queued
+        residual check, for the device loop's solves with kept factors.
+
+        Args:
+            A, b, x, residual_sq: as :meth:`solve_deferred`.
+        """
+        if not self.defers_checks:
+            return self.resolve(A, b, x)
+        self._deferred = residual_sq
+        try:
+            return self.resolve(A, b, x)
+        finally:
+            self._deferred = None
+
     def _work_like(self, b: wp.array) -> wp.array:
         """A scratch vector shaped as ``b`` (kept between calls)."""
         if self._work is None or self._work.shape != b.shape or self._work.dtype != b.dtype or self._work.device != b.device:

@@ -37,7 +37,16 @@ from warp_meshad._src.solve.constraints import apply_dirichlet, fixed_indices, f
 from warp_meshad._src.solve.device_loop import DeviceLoop, DeviceLoopRunner, device_loop_options
 from warp_meshad._src.solve.line_search import armijo
 from warp_meshad._src.solve.linear import LinearSolveError, LinearSolver, make_linear_solver
-from warp_meshad._src.solve.vector_ops import check_finite_variables, add_to_diagonal, axpy_into, dot, lincomb_into, norm, scale_into
+from warp_meshad._src.solve.vector_ops import (
+    add_to_diagonal,
+    axpy_into,
+    check_finite_variables,
+    dot,
+    lincomb_into,
+    mark_if_different,
+    norm,
+    scale_into,
+)
 
 __all__ = [
     "GaussNewtonSolver",
@@ -503,6 +512,13 @@ class NewtonSolver(_Driver):
             ``linear_solver_options``), and it bounds a direction's component along a mode that is nearly singular
             near the minimum. The gradient is orthogonal to exact gauge modes, so the minimum does not move;
             directions change by about ``sigma / lambda`` elsewhere. 0 (the default): no shift.
+        keep_start_factors: a solve that starts at the point of this solver's last factorization (the same values,
+            compared on the device) solves its first Newton system with the linear back-end's kept factors
+            (:meth:`~warp_meshad.LinearSolver.resolve`) instead of factorizing again. A solve ends by factorizing at
+            its last point for the stop test, and a time step starts where the previous one ended, so every step
+            after the first saves a factorization. Only right when the Hessian at a point is the same in both solves:
+            what changes between the calls (an inertia term's target, gravity) must not enter the Hessian. In the
+            device loop the saved slot runs uncaptured (the graphs factorize). Default False.
     """
 
     uses_newton_decrement = True
@@ -523,6 +539,7 @@ class NewtonSolver(_Driver):
         hooks: NewtonHooks | None = None,
         device_loop: bool | DeviceLoop = False,
         hessian_shift: float = 0.0,
+        keep_start_factors: bool = False,
     ):
         super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn, hooks)
         _check_projection(projection)
@@ -530,6 +547,11 @@ class NewtonSolver(_Driver):
         self.projection = projection
         self.projection_eps = float(projection_eps)
         self.hessian_shift = check_hessian_shift(hessian_shift)
+        self.keep_start_factors = bool(keep_start_factors)
+        self.kept_solves = 0  # first directions solved with kept factors (keep_start_factors)
+        self._factored_at = None  # the point of the last factorization (keep_start_factors, host loop)
+        self._same = None  # its comparison flag
+        self._first_direction = False
         linear_options = dict(linear_solver_options or {})
         cudss_by_name = isinstance(linear_solver, str) and linear_solver in ("auto", "cudss")
         if cudss_by_name and self.project_hessian and (self.fixed_indices is not None or self.hessian_shift > 0.0):
@@ -558,6 +580,20 @@ class NewtonSolver(_Driver):
         self._H = H
         return f, g
 
+    def _start(self, x):
+        super()._start(x)
+        self._first_direction = True
+
+    def _at_factored_point(self, x) -> bool:
+        """keep_start_factors: whether ``x`` is the point of the last factorization (one host read)."""
+        if self._factored_at is None:
+            return False
+        if self._same is None:
+            self._same = wp.zeros(1, dtype=wp.float64, device=x.device)
+        self._same.fill_(1.0)
+        mark_if_different(x, self._factored_at, self._same)
+        return float(self._same.numpy()[0]) == 1.0
+
     def _direction(self, x, g, result):
         H = self._H
         rhs = self._buf_rhs()
@@ -567,11 +603,20 @@ class NewtonSolver(_Driver):
         d = self._buf("d")
         d.zero_()
         self.last_linear_info = None
+        kept = self.keep_start_factors and self._first_direction and self._at_factored_point(x)
+        self._first_direction = False
         try:
-            info = self.linear_solver.solve(H, rhs, d)
+            info = (self.linear_solver.resolve if kept else self.linear_solver.solve)(H, rhs, d)
         except LinearSolveError:
+            self._factored_at = None
             result._linear_solve(0, False, failed=True)
             return "linear_solve_failed"
+        if kept:
+            self.kept_solves += 1
+        elif self.keep_start_factors:
+            if self._factored_at is None or self._factored_at.shape != x.shape:
+                self._factored_at = wp.empty_like(x)
+            wp.copy(self._factored_at, x)
         self.last_linear_info = info  # the batch solver's compaction rule reads its timings
         result._linear_solve(info.iterations, info.converged)
         return None

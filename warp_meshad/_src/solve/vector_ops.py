@@ -15,7 +15,17 @@ import numpy as np
 import warp as wp
 import warp.sparse as wps
 
-__all__ = ["add_to_diagonal", "axpy_into", "check_finite_variables", "dot", "lincomb_into", "norm", "scale_into"]
+__all__ = [
+    "add_to_diagonal",
+    "axpy_into",
+    "check_finite_variables",
+    "dot",
+    "lincomb_into",
+    "mark_if_different",
+    "norm",
+    "scalar_view",
+    "scale_into",
+]
 
 
 @wp.kernel(enable_backward=False, module="unique")
@@ -175,3 +185,36 @@ def check_finite_variables(x: wp.array, what: str) -> None:
         f"{what}: expected finite values, got NaN or inf at {bad.size} variable{'s' if bad.size > 1 else ''}, first "
         f"x[{int(bad[0])}] = {values[bad[0]].tolist() if values.shape[1] > 1 else float(values[bad[0], 0])}"
     )
+
+
+@wp.kernel(enable_backward=False, module="unique")
+def _mark_if_different(a: wp.array(dtype=Any), b: wp.array(dtype=Any), flag: wp.array(dtype=wp.float64), slot: int):
+    i = wp.tid()
+    if a[i] != b[i]:  # NaN differs from everything, itself included
+        flag[slot] = wp.float64(0.0)
+
+
+def scalar_view(a: wp.array) -> wp.array:
+    """The scalar components of a contiguous block vector ``a`` (shape ``[n]``, dtype a float scalar or
+    ``vec{k}{f|d}``) as a flat array of its scalar type that shares ``a``'s memory (shape ``[n * k]``)."""
+    scalar = _scalar_of(a)
+    if scalar == a.dtype:
+        return a
+    if not a.is_contiguous:
+        raise ValueError(f"scalar_view: expected a contiguous array, got strides {a.strides}")
+    return wp.array(ptr=a.ptr, dtype=scalar, shape=(a.shape[0] * a.dtype._length_,), device=a.device, copy=False)
+
+
+def mark_if_different(a: wp.array, b: wp.array, flag: wp.array, slot: int = 0) -> None:
+    """Queue ``flag[slot] = 0`` (float64) where ``a`` and ``b`` differ in any scalar component (NaN counts as
+    different); ``flag[slot]`` is left as it was when they are equal bit for bit (up to the sign of zero).
+
+    Args:
+        a, b: block vectors of the same shape, dtype and device, as :func:`scalar_view` takes them.
+        flag: float64 device array holding index ``slot``.
+    """
+    if a.shape != b.shape or a.dtype != b.dtype:
+        raise ValueError(f"mark_if_different: expected arrays of one shape and dtype, got {a.shape} {a.dtype} and "
+                         f"{b.shape} {b.dtype}")
+    fa, fb = scalar_view(a), scalar_view(b)
+    wp.launch(_mark_if_different, dim=fa.shape[0], inputs=[fa, fb, flag, int(slot)], device=a.device)
