@@ -19,6 +19,7 @@ from warp_meshad.app import load_config
 from warp_meshad.app import run as run_app
 from warp_meshad.kernels.energies.backward_euler import InertiaGravityData, inertia_gravity
 from warp_meshad.kernels.energies.sphere_barrier import SphereBarrierData, sphere_barrier
+from warp_meshad.apps.cloth import ClothConfig
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -64,6 +65,25 @@ def test_steepest_descent_fallbacks_reach_metrics_json(tmp_path, monkeypatch):
         assert rec["linear_solves_capped"] == 0  # failed, not capped
     assert metrics["steepest_descent_fallbacks"] == metrics["iterations"]
     assert metrics["linear_solver"] == "cg" and metrics["cudss_skipped_reason"] is None
+
+
+def test_cloth_keeps_the_start_factors_with_the_same_steps():
+    """``keep_start_factors`` (cloth's default): each step after the first takes its first direction from the factors
+    the last step ended with (a back-end that keeps factors: QDLDL, cuDSS); the run is the one without it."""
+    runs = {}
+    for keep in (False, True):
+        config = small(ROOT / "configs" / "cloth" / "hanging.yaml", steps=3, keep_start_factors=keep)
+        app = appmod.app_class(config.app)(config)
+        app.run()
+        runs[keep] = app
+    plain, kept = runs[False], runs[True]
+    assert [r["iterations"] for r in kept.history] == [r["iterations"] for r in plain.history]
+    np.testing.assert_allclose([e for r in kept.history for e in r["energies"]],
+                               [e for r in plain.history for e in r["energies"]], rtol=1e-12)
+    np.testing.assert_allclose(kept.positions(), plain.positions(), rtol=0, atol=1e-9)
+    expected = 2 if kept.solver.linear_solver.keeps_factors else 0
+    assert plain.solver.kept_solves == 0 and kept.solver.kept_solves == expected
+    assert ClothConfig().keep_start_factors  # the default
 
 
 def test_every_config_has_a_small_test_block():

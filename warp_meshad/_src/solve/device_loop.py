@@ -152,7 +152,8 @@ class DeviceLoopRunner:
         self.solve_capture_error: str | None = None  # why capturing the linear solve failed (then never tried again)
         self.conditional_error: str | None = None  # why the line search's while node could not be captured
         # keep_start_factors: the point of the last factorization (copied by every factorizing slot, on the device)
-        self.keep = bool(getattr(solver, "keep_start_factors", False)) and options.poll
+        self.keep = (bool(getattr(solver, "keep_start_factors", False)) and options.poll
+                     and solver.linear_solver.keeps_factors)
         self.factored_x = vec() if self.keep else None
         self.factored = False  # a factorizing slot has been queued (the back-end holds factors of factored_x)
 

@@ -353,6 +353,9 @@ class LinearSolver:
     defers_checks: bool = False
     """Whether :meth:`solve_deferred` leaves the residual check on the device (CuPy, cuDSS); the host back-ends and
     CG check on the host, as in :meth:`solve`."""
+    keeps_factors: bool = False
+    """Whether :meth:`resolve` solves with the last solve's factors (the direct back-ends: SciPy, QDLDL, cuDSS)
+    rather than solving again."""
 
     def __init__(self, compute_residual: bool = True):
         self.compute_residual = bool(compute_residual)
@@ -720,6 +723,8 @@ class ScipySolver(_ReusedFactors, LinearSolver):
             factor times the time of the numeric factorization that made the factors; None: the cap only.
         (With ``symmetric=False`` the refinement is classic iterative refinement, not PCG.)
     """
+
+    keeps_factors = True
 
     name = "scipy"
     _ORDERINGS = ("MMD_AT_PLUS_A", "COLAMD", "MMD_ATA", "NATURAL")
@@ -1515,6 +1520,8 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
     With ``reuse_factorization > 1`` or ``factor_dtype="float32"`` a solve reads residual norms on the host (the PCG),
     so :meth:`solve_deferred` then synchronizes like :meth:`solve` (``defers_checks`` is False).
     """
+
+    keeps_factors = True
 
     name = "cudss"
     MATRIX_TYPES = ("general", "symmetric", "spd", "spd_or_general")

@@ -514,7 +514,8 @@ class NewtonSolver(_Driver):
             directions change by about ``sigma / lambda`` elsewhere. 0 (the default): no shift.
         keep_start_factors: a solve that starts at the point of this solver's last factorization (the same values,
             compared on the device) solves its first Newton system with the linear back-end's kept factors
-            (:meth:`~warp_meshad.LinearSolver.resolve`) instead of factorizing again. A solve ends by factorizing at
+            (:meth:`~warp_meshad.LinearSolver.resolve`; back-ends with ``keeps_factors``) instead of factorizing
+            again. A solve ends by factorizing at
             its last point for the stop test, and a time step starts where the previous one ended, so every step
             after the first saves a factorization. Only right when the Hessian at a point is the same in both solves:
             what changes between the calls (an inertia term's target, gravity) must not enter the Hessian. In the
@@ -603,7 +604,8 @@ class NewtonSolver(_Driver):
         d = self._buf("d")
         d.zero_()
         self.last_linear_info = None
-        kept = self.keep_start_factors and self._first_direction and self._at_factored_point(x)
+        kept = (self.keep_start_factors and self._first_direction and self.linear_solver.keeps_factors
+                and self._at_factored_point(x))
         self._first_direction = False
         try:
             info = (self.linear_solver.resolve if kept else self.linear_solver.solve)(H, rhs, d)
@@ -613,7 +615,7 @@ class NewtonSolver(_Driver):
             return "linear_solve_failed"
         if kept:
             self.kept_solves += 1
-        elif self.keep_start_factors:
+        elif self.keep_start_factors and self.linear_solver.keeps_factors:
             if self._factored_at is None or self._factored_at.shape != x.shape:
                 self._factored_at = wp.empty_like(x)
             wp.copy(self._factored_at, x)
