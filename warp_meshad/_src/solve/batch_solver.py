@@ -27,7 +27,13 @@ from warp_meshad._src.problem.batch import ProblemBatch
 from warp_meshad._src.solve.constraints import fixed_indices
 from warp_meshad._src.solve.linear import LinearSolver
 from warp_meshad._src.solve.line_search import check_armijo_settings
-from warp_meshad._src.solve.solvers import NewtonSolver, SolveResult, _check_projection, check_hessian_shift, solve_tolerances
+from warp_meshad._src.solve.solvers import (
+    NewtonSolver,
+    SolveResult,
+    _check_projection,
+    check_hessian_shift,
+    solve_tolerances,
+)
 from warp_meshad._src.solve.vector_ops import check_finite_variables
 
 __all__ = ["BatchNewtonSolver", "BatchSolveResult"]

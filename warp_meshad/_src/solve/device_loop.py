@@ -152,8 +152,7 @@ class DeviceLoopRunner:
         self.solve_capture_error: str | None = None  # why capturing the linear solve failed (then never tried again)
         self.conditional_error: str | None = None  # why the line search's while node could not be captured
         # keep_start_factors: the point of the last factorization (copied by every factorizing slot, on the device)
-        self.keep = (bool(getattr(solver, "keep_start_factors", False)) and options.poll
-                     and solver.linear_solver.keeps_factors)
+        self.keep = bool(getattr(solver, "keeps_start_factors", False)) and options.poll
         self.factored_x = vec() if self.keep else None
         self.factored = False  # a factorizing slot has been queued (the back-end holds factors of factored_x)
 
@@ -401,16 +400,16 @@ class DeviceLoopRunner:
             if slot == slots:
                 break
             hessian_next = after != max_iterations  # the host loop's gradient-only evaluation at the cap
-            # a run's first slot is captured only with the graphs of an earlier run (kernels loaded, same buffers)
             if kept:  # the first direction from the kept factors: uncaptured (the graphs factorize)
                 self._slot(infos, hessian_next, s, kept=True)
                 self.solver.kept_solves += 1
-            elif self.options.capture and hessian_next and (infos or self._has_graphs(s)):
+                continue
+            # a run's first slot is captured only with the graphs of an earlier run (kernels loaded, same buffers)
+            if self.options.capture and hessian_next and (infos or self._has_graphs(s)):
                 self._captured_slot(infos, s)
-                self.factored = True
             else:
                 self._slot(infos, hessian_next, s)
-                self.factored = True
+            self.factored = True
         record = read_record(self.record)
         self._fill(result, record, infos, stopped_by_callback)
         result.x = wp.clone(self.x)

@@ -418,26 +418,25 @@ class LinearSolver:
             A, b, x: as :meth:`solve`.
             residual_sq: device array of shape [1] and A's scalar type, on A's device.
         """
-        if not self.defers_checks:
-            return self.solve(A, b, x)
-        self._deferred = residual_sq
-        try:
-            return self.solve(A, b, x)
-        finally:
-            self._deferred = None
+        return self._deferring(self.solve, A, b, x, residual_sq)
 
-    def resolve_deferred(self, A: wps.BsrMatrix, b: wp.array, x: wp.array, residual_sq: wp.array) -> LinearSolveInfo:
+    def resolve_deferred(self, A: wps.BsrMatrix, b: wp.array, x: wp.array,
+                         residual_sq: wp.array) -> LinearSolveInfo:
         """:meth:`resolve` (the last factorization, another right-hand side) with :meth:`solve_deferred`'s queued
         residual check, for the device loop's solves with kept factors.
 
         Args:
             A, b, x, residual_sq: as :meth:`solve_deferred`.
         """
+        return self._deferring(self.resolve, A, b, x, residual_sq)
+
+    def _deferring(self, solve, A, b, x, residual_sq) -> LinearSolveInfo:
+        """``solve(A, b, x)`` with its residual check queued into ``residual_sq`` where :attr:`defers_checks`."""
         if not self.defers_checks:
-            return self.resolve(A, b, x)
+            return solve(A, b, x)
         self._deferred = residual_sq
         try:
-            return self.resolve(A, b, x)
+            return solve(A, b, x)
         finally:
             self._deferred = None
 

@@ -488,8 +488,9 @@ class NewtonSolver(_Driver):
         linear_solver_options: keyword options for :func:`~warp_meshad._src.solve.linear.make_linear_solver`.
             With a back-end named ``"auto"`` or ``"cudss"``, ``project_hessian``, pinned variables (``fixed``) or a
             ``hessian_shift`` > 0, and no ``matrix_type`` given, cuDSS gets ``matrix_type="spd_or_general"``:
-            Cholesky, which halves the factorization of such SPD systems, with LU taking over if one fails. cuDSS's ``deterministic`` mode
-            is not asked for on its own (see :class:`~warp_meshad._src.solve.linear.CudssSolver`).
+            Cholesky, which halves the factorization of such SPD systems, with LU taking over if one fails.
+            cuDSS's ``deterministic`` mode is not asked for on its own (see
+            :class:`~warp_meshad._src.solve.linear.CudssSolver`).
         step_bound_fn: optional ``(x, d) -> float`` capping the line-search step (CCD).
         shrink, max_line_search_tries, armijo_c: Armijo settings (TinyAD defaults 0.8, 64, 1e-4).
         hooks: optional :class:`NewtonHooks` (contact pairs refreshed before the derivatives, the line search's trial
@@ -515,11 +516,11 @@ class NewtonSolver(_Driver):
         keep_start_factors: a solve that starts at the point of this solver's last factorization (the same values,
             compared on the device) solves its first Newton system with the linear back-end's kept factors
             (:meth:`~warp_meshad.LinearSolver.resolve`; back-ends with ``keeps_factors``) instead of factorizing
-            again. A solve ends by factorizing at
-            its last point for the stop test, and a time step starts where the previous one ended, so every step
-            after the first saves a factorization. Only right when the Hessian at a point is the same in both solves:
-            what changes between the calls (an inertia term's target, gravity) must not enter the Hessian. In the
-            device loop the saved slot runs uncaptured (the graphs factorize). Default False.
+            again. A solve ends by factorizing at its last point for the stop test, and a time step starts where the
+            previous one ended, so every step after the first saves a factorization. Only right when the Hessian at
+            a point is the same in both solves: what changes between the calls (an inertia term's target, gravity)
+            must not enter the Hessian. In the device loop the saved slot runs uncaptured (the graphs factorize).
+            Default False.
     """
 
     uses_newton_decrement = True
@@ -581,6 +582,11 @@ class NewtonSolver(_Driver):
         self._H = H
         return f, g
 
+    @property
+    def keeps_start_factors(self) -> bool:
+        """``keep_start_factors`` where the linear back-end keeps factors to solve with (``keeps_factors``)."""
+        return self.keep_start_factors and self.linear_solver.keeps_factors
+
     def _start(self, x):
         super()._start(x)
         self._first_direction = True
@@ -604,8 +610,8 @@ class NewtonSolver(_Driver):
         d = self._buf("d")
         d.zero_()
         self.last_linear_info = None
-        kept = (self.keep_start_factors and self._first_direction and self.linear_solver.keeps_factors
-                and self._at_factored_point(x))
+        keeping = self.keeps_start_factors
+        kept = keeping and self._first_direction and self._at_factored_point(x)
         self._first_direction = False
         try:
             info = (self.linear_solver.resolve if kept else self.linear_solver.solve)(H, rhs, d)
@@ -615,7 +621,7 @@ class NewtonSolver(_Driver):
             return "linear_solve_failed"
         if kept:
             self.kept_solves += 1
-        elif self.keep_start_factors and self.linear_solver.keeps_factors:
+        elif keeping:
             if self._factored_at is None or self._factored_at.shape != x.shape:
                 self._factored_at = wp.empty_like(x)
             wp.copy(self._factored_at, x)
