@@ -70,11 +70,14 @@ def test_free_fall_is_exact_and_rigid():
     np.testing.assert_allclose(app.v.numpy(), np.broadcast_to([0.0, -9.81 * h * steps, 0.0], x.shape), atol=1e-7)
 
 
-@pytest.mark.parametrize("device_loop", [False, True], ids=["host_loop", "device_loop"])
+@pytest.mark.parametrize("device_loop", [False, True, pytest.param("capture", marks=pytest.mark.gpu)],
+                         ids=["host_loop", "device_loop", "captured"])
 def test_keep_start_factors_takes_the_same_steps_with_a_factorization_less_per_step(device_loop):
     """``keep_start_factors``: each step after the first solves its first Newton system with the factors the last
     step ended with (the same matrix: the inertia target does not enter the Hessian), so the run is the same up to
-    round-off and takes steps - 1 factorizations less."""
+    round-off and takes steps - 1 factorizations less. Captured (CUDA), that slot is a graph of its own."""
+    if device_loop == "capture" and not DEVICE.startswith("cuda"):
+        pytest.skip("the captured loop needs a CUDA test device (WARP_MESHAD_TEST_DEVICE=cuda:0)")
     runs = {}
     for keep in (False, True):
         app = App(ElasticConfig(device=DEVICE, bar=BarConfig(**TINY_BAR), pins=["x_min"], steps=3, time_step=0.02,
@@ -88,6 +91,10 @@ def test_keep_start_factors_takes_the_same_steps_with_a_factorization_less_per_s
                                [e for r in plain.history for e in r["energies"]], rtol=1e-12)
     np.testing.assert_allclose(kept.tet_positions(), plain.tet_positions(), rtol=0, atol=1e-12)
     assert plain.solver.kept_solves == 0 and kept.solver.kept_solves == 2
+    if device_loop == "capture":
+        runner = kept.solver._device_loop
+        assert runner.kept_capture_error is None and runner.solve_capture_error is None
+        assert any(key[-1] == "kept" for key in runner._graphs)  # the kept slot replayed from its own graph
 
 
 def test_driven_side_follows_its_ramp():

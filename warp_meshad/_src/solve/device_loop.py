@@ -151,6 +151,7 @@ class DeviceLoopRunner:
         self._graphs: dict = {}
         self.solve_capture_error: str | None = None  # why capturing the linear solve failed (then never tried again)
         self.conditional_error: str | None = None  # why the line search's while node could not be captured
+        self.kept_capture_error: str | None = None  # why the slot with kept factors could not be captured
         # keep_start_factors: the point of the last factorization (copied by every factorizing slot, on the device)
         self.keep = bool(getattr(solver, "keeps_start_factors", False)) and options.poll
         self.factored_x = vec() if self.keep else None
@@ -269,19 +270,29 @@ class DeviceLoopRunner:
         return (self.options.capture_solve and self.solve_capture_error is None and check is not None
                 and self.H is not None and check(self.H))
 
-    def _capture_whole_slot(self, s):
+    def _capture_whole_slot(self, s, kept: bool = False):
         """One graph of the whole slot, the linear solve included, and the solve's info; None if the capture failed
-        (the reason is kept in :attr:`solve_capture_error` and the back-end forgets its plan)."""
+        (the reason is kept in :attr:`solve_capture_error` and the back-end forgets its plan). ``kept``: the slot
+        solves with the back-end's kept factors (:meth:`LinearSolver.resolve_deferred`) instead of factorizing; a
+        failed capture of it is kept in :attr:`kept_capture_error` instead, and the other graphs are dropped (they
+        hold the forgotten plan)."""
         backend = self.solver.linear_solver
+        solve = backend.resolve_deferred if kept else backend.solve_deferred
         try:
             with wp.ScopedCapture(self.device, force_module_load=False) as whole:
-                self._before_solve()
-                info = backend.solve_deferred(self.H, self.rhs, self.solved, self.residual_sq)
+                self._before_solve(kept)
+                info = solve(self.H, self.rhs, self.solved, self.residual_sq)
                 self._line_search(s, captured=True)
                 self._derivatives(True, s)
         except Exception as exc:  # noqa: BLE001 (a back-end that cannot be captured: queue it between graphs)
             wp.synchronize_device(self.device)
             backend.invalidate_pattern()  # its plan saw a broken capture: the next solve plans again, uncaptured
+            if kept:  # the factorizing slots captured before: their graphs go with the plan, and are captured again
+                self._graphs.clear()
+                self.kept_capture_error = f"{type(exc).__name__}: {exc}"[:500]
+                _logger.info("device loop: the solve with kept factors could not be captured (%s); it runs uncaptured",
+                             self.kept_capture_error)
+                return None
             if not self._conditional_failed(exc):  # the while node is not the cause: the solve stays out of graphs
                 self.solve_capture_error = f"{type(exc).__name__}: {exc}"[:500]
                 _logger.info("device loop: the linear solve could not be captured (%s); it runs between two graphs",
@@ -324,6 +335,23 @@ class DeviceLoopRunner:
                 self._derivatives(True, s)
             self._graphs[key] = start.graph
         wp.capture_launch(self._graphs[key])
+
+    def _captured_kept_slot(self, infos: list, s) -> bool:
+        """A run's first slot that solves with the kept factors (``keep_start_factors``), as its own graph, captured
+        once next to the factorizing slot's; False where it cannot be captured (the caller queues it uncaptured)."""
+        if self.kept_capture_error is not None or not self._solve_capturable():
+            return False
+        key = self._graph_key(s) + ("kept",)
+        if key not in self._graphs:
+            made = self._capture_whole_slot(s, kept=True)
+            if made is None:
+                return False
+            self._graphs[key] = made
+        graph, info = self._graphs[key]
+        wp.capture_launch(graph)
+        infos.append(info)
+        self.timer.lap("graph")
+        return True
 
     def _captured_slot(self, infos: list, s) -> None:
         if self._solve_capturable():
@@ -400,8 +428,10 @@ class DeviceLoopRunner:
             if slot == slots:
                 break
             hessian_next = after != max_iterations  # the host loop's gradient-only evaluation at the cap
-            if kept:  # the first direction from the kept factors: uncaptured (the graphs factorize)
-                self._slot(infos, hessian_next, s, kept=True)
+            if kept:  # the first direction from the kept factors: its own graph where it can be captured
+                if not (self.options.capture and hessian_next and self._has_graphs(s)
+                        and self._captured_kept_slot(infos, s)):
+                    self._slot(infos, hessian_next, s, kept=True)
                 self.solver.kept_solves += 1
                 continue
             # a run's first slot is captured only with the graphs of an earlier run (kernels loaded, same buffers)

@@ -519,8 +519,8 @@ class NewtonSolver(_Driver):
             again. A solve ends by factorizing at its last point for the stop test, and a time step starts where the
             previous one ended, so every step after the first saves a factorization. Only right when the Hessian at
             a point is the same in both solves: what changes between the calls (an inertia term's target, gravity)
-            must not enter the Hessian. In the device loop the saved slot runs uncaptured (the graphs factorize).
-            Default False.
+            must not enter the Hessian. The captured device loop replays that slot from a graph of its own (captured
+            once), else it runs uncaptured. Default False.
     """
 
     uses_newton_decrement = True
