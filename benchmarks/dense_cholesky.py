@@ -48,6 +48,7 @@ def measure(n: int, runs: int, dtype: str) -> dict:
     b0 = rng.standard_normal(n, dtype=cp.float64).astype(dt)
     stream = cp.cuda.Stream(non_blocking=True)
     handle = cp.cuda.device.get_cusolver_handle()
+    cusolver.setStream(handle, stream.ptr)  # else the calls run on the handle's stream: untimed, not captured
     lower = 0  # CUBLAS_FILL_MODE_LOWER; column-major lower = row-major upper, either is the symmetric matrix
     with stream:
         a = cp.empty_like(a0)
@@ -85,8 +86,10 @@ def measure(n: int, runs: int, dtype: str) -> dict:
         graph_ms = None
         try:
             stream.begin_capture()
-            all_three()
-            graph = stream.end_capture()
+            try:
+                all_three()
+            finally:
+                graph = stream.end_capture()  # a failed capture must still end, or every later call fails
             graph.launch(stream)
             stream.synchronize()
             graph_ms = _time(cp, lambda: graph.launch(stream), runs) - copy_ms

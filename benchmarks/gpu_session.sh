@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the lent GPU host (see README "GPU runs"): unpack the carried Warp/cuDSS bundle once, then
 # run one stage: `tests`, `pile` (spot_pile, resumable), `bench` (mass-spring), `cache`, `bench19`, `bench20`, `apps19`,
-# `apps_loops`, `analyses`, `newton_tet`, `gc`, `pack <stage> ...` (one archive of the stage's files), or any command after `--`.
+# `apps_loops`, `analyses`, `newton_tet`, `gc`, `keep`, `pack <stage> ...` (one archive of the stage's files), or any command after `--`.
 set -u
 cd "$(dirname "$0")/.."
 # kernels compiled before: carried as .gpu/warpcache.tar.xz (or copied to /tmp/gpu/ by an earlier call), from this
@@ -202,6 +202,24 @@ case "$stage" in
     done
     timeout "${DENSE_S:-120}" python3 -m benchmarks.dense_cholesky --float32 > "$OUTDIR/dense_cholesky.jsonl" 2>&1
     echo "dense_cholesky rc $?"; cut -c1-300 "$OUTDIR/dense_cholesky.jsonl"
+    ;;
+  keep)
+    # session 15: elastic's keep_start_factors with the kept slot captured as its own graph (off / on alternated,
+    # first_step then the app as a user runs it); then param with and without hessian_shift (Cholesky without a pin)
+    for keep in false true false true; do
+      timeout 100 python3 -m benchmarks.first_step elastic/bunny --top 0 --set keep_start_factors=$keep > /tmp/fs.txt 2>&1
+      head -1 /tmp/fs.txt >> "$OUTDIR/keep.jsonl"
+      python3 -c "import json,sys; d=json.loads(open('/tmp/fs.txt').readline()); print('elastic/bunny keep_start_factors', sys.argv[1], 'run_ms', d['run_ms'], 'step0', round(d['step0']['wall_ms'],1), 'later', d['later_median_wall_ms'], d['later_phases_median_ms'], 'its', d['iterations'], 'E', d['final_energy'])" "$keep" 2>&1 | tail -1 | tee -a "$OUTDIR/keep.txt"
+    done
+    for extra in "keep_start_factors=false" "keep_start_factors=true" "keep_start_factors=false" "keep_start_factors=true"; do
+      COLD=0 SCENES=elastic/bunny LOOPS="capture capture" EXTRA="$extra" bash "$0" apps_loops > /dev/null 2>&1
+    done
+    for extra in "" "hessian_shift=1e-8" "" "hessian_shift=1e-8"; do
+      COLD=0 SCENES="param/armadillo param/bunny_cut" LOOPS="capture capture" EXTRA="$extra" bash "$0" apps_loops \
+        > /dev/null 2>&1
+    done
+    cat "$OUTDIR/apps_loops.txt" >> "$OUTDIR/keep.txt"; rm -f "$OUTDIR"/apps_*.log "$OUTDIR/apps_loops.txt"
+    cut -c1-420 "$OUTDIR/keep.txt"
     ;;
   pack)
     # a call returns at most 8 files from $OUT: run the given stage with its files in a scratch folder, then pack
