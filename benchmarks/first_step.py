@@ -43,6 +43,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
     parser.add_argument("--loop", action="append", default=[], metavar="FIELD=VALUE",
                         help="a DeviceLoop option of the app's captured loop (int or true/false), e.g. trials=2")
+    parser.add_argument("--linear", action="append", default=[], metavar="KEY=VALUE",
+                        help="a linear back-end option for the app's NewtonSolver (linear_solver_options; a number, "
+                             "true/false or a string), e.g. matrix_type=symmetric")
     parser.add_argument("--gc-freeze", action="store_true",
                         help="gc.freeze() after the app's setup: later collections skip what setup made")
     parser.add_argument("--top", type=int, default=30, help="cProfile lines of step 0")
@@ -91,6 +94,23 @@ def main(argv=None) -> dict:
         AppConfig.device_loop_option = with_fields
     from warp_meshad import NewtonSolver
 
+    if args.linear:  # options the app's config does not expose, handed to every NewtonSolver it makes
+        linear = {}
+        for item in args.linear:
+            name, text = item.split("=", 1)
+            linear[name] = {"true": True, "false": False}.get(text.lower(), text)
+            if isinstance(linear[name], str):
+                try:
+                    linear[name] = float(text) if any(c in text for c in ".e") else int(text)
+                except ValueError:
+                    pass
+        init = NewtonSolver.__init__
+
+        def with_options(self, *a, **kw):
+            kw["linear_solver_options"] = {**(kw.get("linear_solver_options") or {}), **linear}
+            init(self, *a, **kw)
+
+        NewtonSolver.__init__ = with_options
     results = []  # each solve's SolveResult (for its Armijo tries)
     solve = NewtonSolver.solve
 
@@ -137,6 +157,7 @@ def main(argv=None) -> dict:
     later = steps[1:] or steps
     summary = {
         "benchmark": "first_step", "scene": args.scene, "device": args.device, "overrides": args.set, "loop": args.loop,
+        "linear": args.linear,
         "import_s": round(t_import, 3), "setup_s": round(setup_s, 3),
         "module_loads_setup": loads_setup, "module_loads_step0": {"calls": loads["calls"] - loads_setup["calls"],
                                                                   "s": round(loads["s"] - loads_setup["s"], 4)},
@@ -144,6 +165,7 @@ def main(argv=None) -> dict:
         "later_phases_median_ms": {k: round(statistics.median(s["time_ms"].get(k, 0.0) for s in later), 3)
                                    for k in steps[0]["time_ms"]},
         "run_ms": round(sum(s["wall_ms"] for s in steps), 1), "steps": len(steps), "final_energy": app.energy,
+        "matrix_type": getattr(getattr(getattr(app, "solver", None), "linear_solver", None), "active_matrix_type", None),
         "iterations": sum(s["iterations"] or 0 for s in steps),
         "tries_histogram": _histogram(t for s in steps for t in s["tries"]),
         "gc_freeze": args.gc_freeze, "gc_step0": _gc_summary(gc_step0), "gc_run": _gc_summary(gc_pauses),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the lent GPU host (see README "GPU runs"): unpack the carried Warp/cuDSS bundle once, then
 # run one stage: `tests`, `pile` (spot_pile, resumable), `bench` (mass-spring), `cache`, `bench19`, `bench20`, `apps19`,
-# `apps_loops`, `analyses`, `newton_tet`, `gc`, `keep`, `pack <stage> ...` (one archive of the stage's files), or any command after `--`.
+# `apps_loops`, `analyses`, `newton_tet`, `gc`, `keep`, `symmetric`, `pack <stage> ...` (one archive of the stage's files), or any command after `--`.
 set -u
 cd "$(dirname "$0")/.."
 # kernels compiled before: carried as .gpu/warpcache.tar.xz (or copied to /tmp/gpu/ by an earlier call), from this
@@ -220,6 +220,18 @@ case "$stage" in
     done
     cat "$OUTDIR/apps_loops.txt" >> "$OUTDIR/keep.txt"; rm -f "$OUTDIR"/apps_*.log "$OUTDIR/apps_loops.txt"
     cut -c1-420 "$OUTDIR/keep.txt"
+    ;;
+  symmetric)
+    # session 15: cuDSS's symmetric indefinite LDL^T (matrix_type=symmetric) for param's unpinned projected Hessian,
+    # against the LU it gets now; first_step, captured loop, alternated after one warm-up run per scene
+    for scene in ${SCENES:-param/armadillo param/bunny_cut}; do
+      for linear in warmup general symmetric general symmetric general symmetric; do
+        flag=(); [ "$linear" = symmetric ] && flag=(--linear matrix_type=symmetric)
+        timeout 100 python3 -m benchmarks.first_step "$scene" --top 0 "${flag[@]}" > /tmp/fs.txt 2>&1
+        head -1 /tmp/fs.txt >> "$OUTDIR/symmetric.jsonl"
+        python3 -c "import json,sys; d=json.loads(open('/tmp/fs.txt').readline()); print(sys.argv[1], sys.argv[2], d['matrix_type'], 'run_ms', d['run_ms'], d['step0']['time_ms'], 'its', d['iterations'], 'E', d['final_energy'])" "$scene" "$linear" 2>&1 | tail -1 | tee -a "$OUTDIR/symmetric.txt"
+      done
+    done
     ;;
   pack)
     # a call returns at most 8 files from $OUT: run the given stage with its files in a scratch folder, then pack
