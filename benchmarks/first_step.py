@@ -7,7 +7,9 @@
 The app is built as ``warp-meshad run`` builds it (config, mesh, problem: the ``setup`` time), then its steps run one
 by one. Step 0 runs under cProfile; the later steps do not. Prints, for step 0 and the median of the later steps:
 the step's wall time, the solver's phases (``time_ms`` of its record) and iterations; then the cProfile functions of
-step 0 with the largest cumulative time, and ``--out FILE`` writes the numbers as JSON. Module loading is counted
+step 0 with the largest cumulative time, and ``--out FILE`` writes the numbers as JSON. ``--linear KEY=VALUE`` hands
+a back-end option to the app's ``NewtonSolver`` (``linear_solver_options``); the JSON then has the linear
+iterations per solve (a histogram) and the reuse counters of back-ends that keep factors. Module loading is counted
 apart by wrapping Warp's ``Module.load`` (the cache look-up and the CUDA module load of a cached binary).
 """
 
@@ -166,6 +168,9 @@ def main(argv=None) -> dict:
                                    for k in steps[0]["time_ms"]},
         "run_ms": round(sum(s["wall_ms"] for s in steps), 1), "steps": len(steps), "final_energy": app.energy,
         "matrix_type": getattr(getattr(getattr(app, "solver", None), "linear_solver", None), "active_matrix_type", None),
+        "linear_iterations": _histogram(v for r in results for v in r.linear_iterations),
+        "linear_counters": {name: getattr(getattr(getattr(app, "solver", None), "linear_solver", None), name, None)
+                            for name in ("factorizations", "reused_solves", "early_refactorizations")},
         "iterations": sum(s["iterations"] or 0 for s in steps),
         "tries_histogram": _histogram(t for s in steps for t in s["tries"]),
         "gc_freeze": args.gc_freeze, "gc_step0": _gc_summary(gc_step0), "gc_run": _gc_summary(gc_pauses),
