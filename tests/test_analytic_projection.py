@@ -136,8 +136,11 @@ def test_assembled_analytic_projection_equals_the_jacobi_path():
     np.testing.assert_allclose(ga, gj, rtol=0, atol=1e-13 * np.abs(gj).max())
     np.testing.assert_allclose(ha, hj, rtol=0, atol=1e-9 * np.abs(hj).max())
     assert np.linalg.eigvalsh(ha).min() >= -1e-12 * np.abs(ha).max()
-    # the unprojected Hessian of the analytic problem is the dual one
-    np.testing.assert_allclose(_dense(problems[1], xw)[2], _dense(problems[0], xw)[2], rtol=0, atol=0)
+    # the unprojected Hessian of the analytic problem is the dual one: bitwise on the CPU (serial adds); on a GPU the
+    # float atomics add the element blocks in an order that varies from launch to launch (round-off)
+    exact = wp.get_device(DEVICE).is_cpu
+    np.testing.assert_allclose(_dense(problems[1], xw)[2], _dense(problems[0], xw)[2], rtol=0,
+                               atol=0.0 if exact else 1e-14 * np.abs(hj).max())
 
 
 @wp.func
