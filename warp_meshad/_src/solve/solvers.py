@@ -553,7 +553,6 @@ class NewtonSolver(_Driver):
         self.kept_solves = 0  # first directions solved with kept factors (keep_start_factors)
         self._factored_at = None  # the point of the last factorization (keep_start_factors, host loop)
         self._same = None  # its comparison flag
-        self._first_direction = False
         linear_options = dict(linear_solver_options or {})
         cudss_by_name = isinstance(linear_solver, str) and linear_solver in ("auto", "cudss")
         if cudss_by_name and self.project_hessian and (self.fixed_indices is not None or self.hessian_shift > 0.0):
@@ -587,10 +586,6 @@ class NewtonSolver(_Driver):
         """``keep_start_factors`` where the linear back-end keeps factors to solve with (``keeps_factors``)."""
         return self.keep_start_factors and self.linear_solver.keeps_factors
 
-    def _start(self, x):
-        super()._start(x)
-        self._first_direction = True
-
     def _at_factored_point(self, x) -> bool:
         """keep_start_factors: whether ``x`` is the point of the last factorization (one host read)."""
         if self._factored_at is None:
@@ -611,8 +606,8 @@ class NewtonSolver(_Driver):
         d.zero_()
         self.last_linear_info = None
         keeping = self.keeps_start_factors
-        kept = keeping and self._first_direction and self._at_factored_point(x)
-        self._first_direction = False
+        # the solve's first direction (no linear solve recorded in this solve's result yet) from the kept factors
+        kept = keeping and not result.linear_iterations and self._at_factored_point(x)
         try:
             info = (self.linear_solver.resolve if kept else self.linear_solver.solve)(H, rhs, d)
         except LinearSolveError:
