@@ -136,7 +136,7 @@ class _Phases:
 
         self._timed(TriMesh, "from_file", "mesh_read")
         self._timed(warp_meshad, "tutte_embedding", "tutte")
-        self._solver(linear._ReusedFactors)  # the direct back-ends' solve (cuDSS, QDLDL, SciPy)
+        self._solver(linear.reuse._ReusedFactors)  # the direct back-ends' solve (cuDSS, QDLDL, SciPy)
         self._timed(linear.CudssSolver, "_direct_solver", "cudss_plan")  # cuDSS analyses (reordering, symbolic)
         return self
 

@@ -16,7 +16,8 @@ import warp as wp
 from warp_meshad._src.problem.problem import Problem
 from warp_meshad._src.solve import device_loop
 from warp_meshad._src.solve.device_loop import DeviceLoop
-from warp_meshad._src.solve.linear import ScipySolver, _residual_norm
+from warp_meshad._src.solve.linear import ScipySolver
+from warp_meshad._src.solve.linear.base import _residual_norm
 from warp_meshad._src.solve.solvers import NewtonHooks, NewtonSolver
 from warp_meshad.kernels import ad
 

@@ -21,7 +21,9 @@ from warp_meshad._src.solve.linear import (
     QdldlSolver,
     ScipySolver,
     make_linear_solver,
+    registry,
 )
+from warp_meshad._src.solve.linear.csr import _CsrBuffers
 
 wp.config.log_level = wp.LOG_WARNING
 
@@ -86,7 +88,7 @@ def _scale_values(A, factor):
 @pytest.mark.parametrize("bs", [1, 3])
 def test_csr_conversion_matches_scipy(device, bs):
     A, dense, *_ = spd_system(n=17, bs=bs, seed=3, device=device)
-    csr = linear._CsrBuffers(A)
+    csr = _CsrBuffers(A)
     csr.update_values(A)
     ours = sps.csr_matrix(
         (csr.data.numpy()[: csr.nnz], csr.indices.numpy()[: csr.nnz], csr.indptr.numpy()), shape=dense.shape
@@ -256,12 +258,12 @@ def test_auto_on_cuda_warns_once_why_cudss_is_not_used(monkeypatch):
     # the probe's verdicts are faked: this checks what 'auto' does with them (the probe itself runs on a real GPU in
     # test_gpu_auto_picks_a_gpu_backend)
     verdicts = {"cudss": (False, "not importable: no nvmath here"), "cupy": (True, "")}
-    monkeypatch.setattr(linear, "_probe", lambda name, device, dtype: verdicts[name])
-    monkeypatch.setattr(linear, "_warned_auto", set())
+    monkeypatch.setattr(registry, "_probe", lambda name, device, dtype: verdicts[name])
+    monkeypatch.setattr(registry, "_warned_auto", set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        first = linear._pick_auto(_FakeCuda(), wp.float64, {})
-        again = linear._pick_auto(_FakeCuda(), wp.float64, {})
+        first = registry._pick_auto(_FakeCuda(), wp.float64, {})
+        again = registry._pick_auto(_FakeCuda(), wp.float64, {})
     assert first == again == ("cupy", "cuDSS not importable: no nvmath here")
     assert [str(w.message) for w in caught] == [
         "linear_solver='auto' on cuda:7: cuDSS is not used (cuDSS not importable: no nvmath here); using 'cupy'"]
@@ -269,14 +271,14 @@ def test_auto_on_cuda_warns_once_why_cudss_is_not_used(monkeypatch):
     verdicts.update(cudss=(False, "its float32 test solve failed: LinearSolveError: x"), cupy=(False, "no cupy"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert linear._pick_auto(_FakeCuda(), wp.float32, {}) == (
+        assert registry._pick_auto(_FakeCuda(), wp.float32, {}) == (
             "cg", "cuDSS its float32 test solve failed: LinearSolveError: x")
     assert len(caught) == 1 and "using 'cg'" in str(caught[0].message)
     # cuDSS works: picked, nothing to report
     verdicts["cudss"] = (True, "")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert linear._pick_auto(_FakeCuda(), wp.float64, {}) == ("cudss", None)
+        assert registry._pick_auto(_FakeCuda(), wp.float64, {}) == ("cudss", None)
     assert caught == []
 
 
@@ -287,11 +289,11 @@ def _hide_packages(monkeypatch, *names):
 
 
 def test_probe_says_why_a_back_end_is_unusable(monkeypatch):
-    monkeypatch.setattr(linear, "_probe_cache", {})
+    monkeypatch.setattr(registry, "_probe_cache", {})
     _hide_packages(monkeypatch, "nvmath")
-    ok, why = linear._probe("cudss", wp.get_device(), wp.float64)
+    ok, why = registry._probe("cudss", wp.get_device(), wp.float64)
     assert not ok and why.startswith("not importable: ") and "warp-meshad[cudss]" in why
-    assert linear._probe("cudss", wp.get_device(), wp.float64) == (ok, why)  # cached
+    assert registry._probe("cudss", wp.get_device(), wp.float64) == (ok, why)  # cached
 
 
 def test_missing_optional_packages_name_the_extra(monkeypatch):
@@ -788,8 +790,8 @@ def test_gpu_cudss_analysis_cache_hands_back_ordering_and_tree(tmp_path):
 def test_cudss_analysis_cache_default_follows_the_environment(monkeypatch, tmp_path):
     """``CudssSolver(analysis_cache=None)``: Warp's kernel cache by default, the folder or "off" the environment
     variable names; False is off whatever the environment says."""
-    from warp_meshad._src.solve.linear import (ANALYSIS_CACHE_FOLDER, ANALYSIS_CACHE_VARIABLE,
-                                               _check_analysis_cache_option)
+    from warp_meshad._src.solve.linear import ANALYSIS_CACHE_FOLDER, ANALYSIS_CACHE_VARIABLE
+    from warp_meshad._src.solve.linear.cudss_analysis_cache import _check_analysis_cache_option
 
     monkeypatch.delenv(ANALYSIS_CACHE_VARIABLE, raising=False)
     wp.init()
@@ -810,8 +812,9 @@ def test_cudss_analysis_cache_keeps_to_its_size_limit_least_recently_used_first(
     import os
     import types
 
-    from warp_meshad._src.solve.linear import (ANALYSIS_CACHE_LIMIT_VARIABLE, _analysis_cache_limit_bytes,
-                                               _apply_cached_analysis, _prune_analysis_cache)
+    from warp_meshad._src.solve.linear import ANALYSIS_CACHE_LIMIT_VARIABLE
+    from warp_meshad._src.solve.linear.cudss_analysis_cache import (_analysis_cache_limit_bytes,
+                                                                    _apply_cached_analysis, _prune_analysis_cache)
 
     monkeypatch.delenv(ANALYSIS_CACHE_LIMIT_VARIABLE, raising=False)
     assert _analysis_cache_limit_bytes() == 1024 * 1024 * 1024
@@ -867,7 +870,8 @@ def test_cudss_permutation_option_is_checked():
 
 def test_cudss_config_from_the_environment_is_checked(monkeypatch):
     """``CudssSolver(config=None)`` reads ``WARP_MESHAD_CUDSS_CONFIG`` (JSON); a bad value names the variable."""
-    from warp_meshad._src.solve.linear import CONFIG_VARIABLE, _check_cudss_config_option
+    from warp_meshad._src.solve.linear import CONFIG_VARIABLE
+    from warp_meshad._src.solve.linear.cudss import _check_cudss_config_option
 
     monkeypatch.delenv(CONFIG_VARIABLE, raising=False)
     assert _check_cudss_config_option(None) == {}
@@ -884,7 +888,7 @@ def test_cudss_config_from_the_environment_is_checked(monkeypatch):
 
 @pytest.mark.gpu
 def test_gpu_auto_picks_a_gpu_backend_and_says_why_not_cudss(monkeypatch):
-    monkeypatch.setattr(linear, "_warned_auto", set())
+    monkeypatch.setattr(registry, "_warned_auto", set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         solver = make_linear_solver("auto", device="cuda:0")

@@ -15,7 +15,7 @@ import scipy.sparse.linalg as spla
 import warp as wp
 
 from warp_meshad._src.solve import linear as linear
-from warp_meshad._src.solve.linear import LinearSolveError, LinearSolver
+from warp_meshad._src.solve.linear import LinearSolveError, LinearSolver, registry
 from warp_meshad._src.problem.problem import Problem
 from warp_meshad._src.solve.solvers import (
     GaussNewtonSolver,
@@ -496,7 +496,7 @@ def test_lbfgs_and_gradient_descent_report_no_fallbacks_on_a_convex_problem(devi
 
 
 def test_auto_linear_solver_reports_why_cudss_is_not_used(device, monkeypatch):
-    monkeypatch.setattr(linear, "_warned_auto", set())
+    monkeypatch.setattr(registry, "_warned_auto", set())
     problem, K, rhs, x0 = quadratic_problem(seed=12, device=device)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -6,7 +6,11 @@
   device_loop=True)``): at most one small host read per iteration, CUDA graphs with ``DeviceLoop(capture=True)``.
 - ``phase_timer``: phase timers on CUDA events (no synchronization), the host clock on the CPU.
 - ``line_search``: Armijo backtracking with +inf/NaN rejection and an optional step bound (CCD).
-- ``linear``: the sparse linear back-ends behind ``LinearSolver`` (SciPy, QDLDL, Warp CG, CuPy, cuDSS, ``"auto"``).
+- ``linear/``: the sparse linear back-ends behind ``LinearSolver``, one file each (``scipy.py``: SuperLU,
+  ``qdldl.py``: LDL^T, ``cg.py``: Warp CG, ``spsolve.py``: CuPy, ``cudss.py``: cuDSS, with its on-disk analysis cache
+  in ``cudss_analysis_cache.py``); ``base.py`` the interface and the system checks, ``csr.py`` the BSR -> CSR
+  conversion, ``reuse.py`` the reuse of factors across matrices and float32 factors, ``gpu_csr.py`` the CuPy views of
+  the GPU back-ends, ``registry.py`` the table of back-ends by name with ``make_linear_solver`` and ``"auto"``.
 - ``constraints``: Dirichlet pins applied symmetrically to a BSR system and to block vectors.
 - ``vector_ops``: dot, norm, axpy, scale, linear combination on block vectors, and the diagonal add (damping).
 - ``implicit``: gradients through a minimization (one adjoint solve with the Hessian at the minimizer).
