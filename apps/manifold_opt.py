@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import pathlib
 import time
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import warp as wp
@@ -62,6 +62,7 @@ class ManifoldOptConfig(AppConfig):
     mesh: str = _SPHERE
     dtype: Literal["float64"] = "float64"
     solver: Literal["lbfgs", "newton"] = "lbfgs"
+    device_loop_supported: ClassVar[bool] = True
     steps: int = 20
     iterations: int = 50
     tolerance: float = 1e-6
@@ -239,9 +240,11 @@ class App(_AppBase):
         self.problem = wm.Problem(n, 2, wp.float64, dev, deterministic=self.config.deterministic)
         self.problem.add_term(mesh.faces, sphere_embedding, data, name="sphere_embedding")
         if c.solver == "newton":
-            self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=True)
+            self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=True,
+                                          device_loop=c.device_loop_option(dev))
         else:
-            self.solver = wm.LBFGSSolver(self.problem, history=c.history, initial_step=c.step_size)
+            self.solver = wm.LBFGSSolver(self.problem, history=c.history, initial_step=c.step_size,
+                                         device_loop=c.device_loop_option(dev, poll=False))
 
     def step(self) -> dict:
         """``iterations`` solver iterations on the tangent coordinates from v = 0, then re-center. Once a solve has

@@ -13,7 +13,7 @@ Energies, over the vertex positions x of a triangle mesh:
 from __future__ import annotations
 
 import pathlib
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import warp as wp
@@ -48,6 +48,7 @@ class SmoothingConfig(AppConfig):
     dtype: Literal["float64"] = "float64"
     energy: Literal["area", "dirichlet"] = "dirichlet"
     solver: Literal["gradient_descent", "lbfgs"] = "gradient_descent"
+    device_loop_supported: ClassVar[bool] = True
     step_size: float = 0.1
     steps: int = 20
     iterations: int = 10
@@ -87,10 +88,11 @@ class App(_AppBase):
         boundary = mesh.boundary_vertices if c.fix_boundary else np.zeros(0, dtype=np.int64)
         self.fixed = np.asarray(boundary, dtype=np.int64)
         fixed = self.fixed if self.fixed.size else None
+        loop = c.device_loop_option(self.device, poll=False)
         if c.solver == "gradient_descent":
-            self.solver = wm.GradientDescentSolver(self.problem, step=c.step_size, fixed=fixed)
+            self.solver = wm.GradientDescentSolver(self.problem, step=c.step_size, fixed=fixed, device_loop=loop)
         else:
-            self.solver = wm.LBFGSSolver(self.problem, initial_step=c.step_size, fixed=fixed)
+            self.solver = wm.LBFGSSolver(self.problem, initial_step=c.step_size, fixed=fixed, device_loop=loop)
 
     def step(self) -> dict:
         """``config.iterations`` iterations of the solver from the current positions."""

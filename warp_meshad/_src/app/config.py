@@ -94,10 +94,11 @@ class AppConfig(ConfigModel):
         solver: the nonlinear solver (each app lists its choices).
         linear_solver: linear back-end of Newton-type solvers (``"auto"``, ``"qdldl"``, ``"scipy"``, ``"cg"``,
             ``"cupy"``, ``"cudss"``; see :func:`~warp_meshad.make_linear_solver`).
-        device_loop: Newton's loop, for the apps whose Newton solver has no host-side hooks (param, elastic):
-            ``false`` (the host loop), ``true`` (decisions on the device, one small read per iteration:
-            ``NewtonSolver(device_loop=True)``), ``"capture"`` (the same replayed as CUDA graphs; CUDA only, the host
-            loop on the CPU), ``"auto"`` (the default: ``"capture"`` on a CUDA device for those apps, else the host
+        device_loop: the solver's loop, for the apps whose solver has no host-side hooks (param, elastic, smoothing,
+            manifold_opt): ``false`` (the host loop), ``true`` (decisions on the device, one small read per
+            iteration: ``device_loop=True`` of the solver), ``"capture"`` (the same replayed as CUDA graphs; CUDA
+            only, the host loop on the CPU; the first-order solvers' whole solve is one graph with its stop decided
+            on the device), ``"auto"`` (the default: ``"capture"`` on a CUDA device for those apps, else the host
             loop).
         deterministic: assemble without float atomics (``Problem(deterministic=True)``: every element writes its
             contributions to its own slots, summed in a fixed order), so that a run repeats bitwise where the
@@ -182,14 +183,20 @@ class AppConfig(ConfigModel):
             errors.append(("device", f"expected 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"))
         return errors
 
-    def device_loop_option(self, device) -> bool | DeviceLoop:
-        """``NewtonSolver(device_loop=...)`` for ``device_loop`` on ``device`` (``"capture"`` needs CUDA: the host
-        loop elsewhere; ``"auto"``: ``"capture"`` for an app that supports a device loop, else the host loop)."""
+    def device_loop_option(self, device, poll: bool = True) -> bool | DeviceLoop:
+        """The solver's ``device_loop=...`` for ``device_loop`` on ``device`` (``"capture"`` needs CUDA: the host
+        loop elsewhere; ``"auto"``: ``"capture"`` for an app that supports a device loop, else the host loop).
+
+        Args:
+            poll: with ``"capture"``, read the stop flag once per iteration (True, Newton's loops), or let the device
+                decide the stop with no read before the end (False: the first-order loops, the whole solve one CUDA
+                graph).
+        """
         loop = self.device_loop
         if loop == "auto":
             loop = "capture" if self.device_loop_supported else False
         if loop == "capture":
-            return DeviceLoop(capture=True) if wp.get_device(device).is_cuda else False
+            return DeviceLoop(capture=True, poll=poll) if wp.get_device(device).is_cuda else False
         return loop is True
 
     def origin(self, key: str) -> str:

@@ -24,6 +24,7 @@ import numpy as np
 import warp as wp
 
 from warp_meshad._src.problem.batch import ProblemBatch
+from warp_meshad._src.solve import policy
 from warp_meshad._src.solve.constraints import fixed_indices
 from warp_meshad._src.solve.linear import LinearSolver
 from warp_meshad._src.solve.line_search import check_armijo_settings
@@ -309,25 +310,22 @@ class BatchNewtonSolver:
                 _, g_p, H = nt._hessian(xk)
             f_eval = st.energies()
             g = nt._keep_gradient(g_p)
-            gn = np.sqrt(np.maximum(st.dots(g, g), 0.0))
+            gn = policy.gradient_norm(st.dots(g, g))
             times["derivatives"] += (time.perf_counter() - t0) * 1000.0
             for k, b in enumerate(ids):
-                if stopped[b]:
-                    continue
-                if not started[b]:
+                if not stopped[b] and not started[b]:
                     started[b] = True
                     f[b] = f_eval[k]
                     res[b].energies.append(float(f[b]))
-                if not math.isfinite(f[b]):
-                    stop(b, "non_finite_energy")
+            status = policy.point_status(f[ids], gn, it, max_it, gtol)
+            for k, b in enumerate(ids):
+                if stopped[b]:
                     continue
-                res[b].gradient_norms.append(float(gn[k]))
-                if not math.isfinite(gn[k]):
-                    stop(b, "non_finite_gradient")
-                elif gn[k] <= gtol:
-                    stop(b, "gradient_norm", True)
-                elif it == max_it:
-                    stop(b, "max_iterations")
+                if status[k] != policy.NON_FINITE_ENERGY:
+                    res[b].gradient_norms.append(float(gn[k]))
+                if status[k] != policy.RUNNING:
+                    reason = policy.REASONS[int(status[k])]
+                    stop(b, reason, reason in policy.CONVERGED)
             if stopped.all():
                 break
 
@@ -343,6 +341,7 @@ class BatchNewtonSolver:
             d = nt._buf("d")
             dd = st.dots(g, d)
             times["linear_solve"] += (time.perf_counter() - t0) * 1000.0
+            codes = policy.direction_fallback(dd, failed)
             fallback = np.zeros(ids.size, dtype=np.int32)
             for k, b in enumerate(ids):
                 if stopped[b]:
@@ -351,26 +350,22 @@ class BatchNewtonSolver:
                 r.linear_iterations.append(linear.linear_iterations[-1])
                 r.linear_converged.append(linear.linear_converged[-1])
                 r.linear_solves_capped += linear.linear_solves_capped
-                if failed:
-                    why = "linear_solve_failed"
-                elif not math.isfinite(dd[k]) or dd[k] >= 0.0:
-                    why = "not_descent_direction"
-                else:
+                if codes[k] == policy.NO_FALLBACK:
                     continue
                 fallback[k] = 1
-                r._fall_back(why)
-                dd[k] = -gn[k] * gn[k]
+                r._fall_back(policy.FALLBACKS[int(codes[k])])
+                dd[k] = policy.fallback_slope(gn[k])
             if fallback.any():
                 st.flag.assign(fallback)
                 wp.launch(_batch_negate_where, dim=d.shape[0], inputs=[g, st.flag, st.batch.mesh_of_variable, d],
                           device=dev)  # fmt: skip
+            decrements = policy.newton_decrement(dd)
             for k, b in enumerate(ids):
                 if stopped[b]:
                     continue
-                decrement = 0.5 * abs(dd[k])
-                res[b].newton_decrements.append(decrement)
-                if decrement < tolerance:
-                    stop(b, "newton_decrement", True)
+                res[b].newton_decrements.append(float(decrements[k]))
+                if policy.decrement_converged(decrements[k], tolerance):
+                    stop(b, policy.REASONS[policy.NEWTON_DECREMENT], True)
             moving = [k for k, b in enumerate(ids) if not stopped[b]]
             if not moving:
                 break
@@ -391,9 +386,10 @@ class BatchNewtonSolver:
                 st.axpy(trial, xk, alpha, d)
                 p.assemble_energy(trial)
                 ft = st.energies()
+                passed = policy.armijo_accepts(ft, f0, alpha, dd, self.armijo_c)
                 for k in np.flatnonzero(pending):
                     tries[k] += 1
-                    if math.isfinite(ft[k]) and ft[k] <= f0[k] + self.armijo_c * alpha[k] * dd[k]:
+                    if passed[k]:
                         accepted[k], pending[k], f_new[k] = True, False, ft[k]
                     elif tries[k] >= self.max_line_search_tries:
                         pending[k], alpha[k] = False, 0.0
@@ -410,12 +406,12 @@ class BatchNewtonSolver:
                 r.line_search_tries.append(int(tries[k]))
                 r.step_sizes.append(float(alpha[k]))
                 if not accepted[k]:
-                    stop(b, "line_search_failed")
+                    stop(b, policy.REASONS[policy.LINE_SEARCH_FAILED])
                     continue
                 f_old, f[b] = f[b], f_new[k]
                 r.energies.append(float(f[b]))
-                if abs(f_old - f[b]) <= energy_tolerance * max(1.0, abs(f_old)):
-                    stop(b, "energy_change", True)
+                if policy.energy_change_converged(f_old, f[b], energy_tolerance):
+                    stop(b, policy.REASONS[policy.ENERGY_CHANGE], True)
             if callback is not None and callback(it + 1, xk, f.copy()):
                 for b in np.flatnonzero(~stopped):
                     stop(b, "callback")

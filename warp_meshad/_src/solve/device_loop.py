@@ -58,7 +58,7 @@ from warp_meshad._src.solve.linear import LinearSolveError
 from warp_meshad._src.solve.phase_timer import PhaseTimer
 from warp_meshad._src.solve.vector_ops import add_to_diagonal, mark_if_different, scale_into
 
-__all__ = ["DeviceLoop", "read_record"]
+__all__ = ["DeviceLoop", "DeviceLoopBase", "read_record"]
 
 _WIDTH = max(k.STATE_SIZE, k.HISTORY_SIZE)
 _logger = logging.getLogger("warp_meshad.device_loop")
@@ -124,8 +124,11 @@ def device_loop_options(device_loop, solver) -> DeviceLoop | None:
     return options
 
 
-class DeviceLoopRunner:
-    """Buffers, kernels and graphs of one solver's device loop (made by ``NewtonSolver``)."""
+class DeviceLoopBase:
+    """What the device loops share (:class:`DeviceLoopRunner`, Newton's; the first-order loops'
+    :class:`~warp_meshad._src.solve.first_order_loop.FirstOrderLoopRunner`): the point, gradient, direction and trial
+    buffers, the ``record`` of ``state`` and ``history``, the phase timer, and the Armijo trials (queued ``trials`` at
+    a time, or captured as a while node)."""
 
     def __init__(self, solver, options: DeviceLoop):
         self.solver = solver
@@ -134,28 +137,19 @@ class DeviceLoopRunner:
         self.device = p.device
         scalar = getattr(p.variable_type, "_wp_scalar_type_", p.variable_type)
         self.scalar = scalar
-
-        def vec():
-            return wp.zeros(p.variable_count, dtype=p.variable_type, device=self.device)
-
-        self.x, self.g, self.d, self.solved, self.rhs, self.trial = vec(), vec(), vec(), vec(), vec(), vec()
-        self.gg, self.gd, self.residual_sq, self.alpha = (wp.zeros(1, dtype=scalar, device=self.device)
-                                                           for _ in range(4))  # fmt: skip
-        self.solve_failed = wp.zeros(1, dtype=wp.int32, device=self.device)
+        self.x, self.g, self.d, self.trial = self._vector(), self._vector(), self._vector(), self._vector()
+        self.gg, self.gd, self.alpha = (wp.zeros(1, dtype=scalar, device=self.device) for _ in range(3))
         self.searching = wp.zeros(1, dtype=wp.int32, device=self.device)  # the while node's condition
         self.conditional = bool(options.capture and options.conditional and self.device.is_cuda
                                 and wp.is_conditional_graph_supported())
+        self.conditional_error: str | None = None  # why the line search's while node could not be captured
         self.record = None
         self.timer = PhaseTimer(self.device)
-        self.H = None
         self._graphs: dict = {}
-        self.solve_capture_error: str | None = None  # why capturing the linear solve failed (then never tried again)
-        self.conditional_error: str | None = None  # why the line search's while node could not be captured
-        self.kept_capture_error: str | None = None  # why the slot with kept factors could not be captured
-        # keep_start_factors: the point of the last factorization (copied by every factorizing slot, on the device)
-        self.keep = bool(getattr(solver, "keeps_start_factors", False)) and options.poll
-        self.factored_x = vec() if self.keep else None
-        self.factored = False  # a factorizing slot has been queued (the back-end holds factors of factored_x)
+
+    def _vector(self) -> wp.array:
+        p = self.solver.problem
+        return wp.zeros(p.variable_count, dtype=p.variable_type, device=self.device)
 
     # -- buffers ----------------------------------------------------------------------------------------------------
 
@@ -167,6 +161,64 @@ class DeviceLoopRunner:
             self._graphs.clear()
         else:
             self.record.zero_()
+
+    # -- the line search's trials -----------------------------------------------------------------------------------
+
+    def _trial(self, tries: int) -> None:
+        """One Armijo trial (nothing once one was accepted or the tries are spent)."""
+        solver, dev, p = self.solver, self.device, self.solver.problem
+        wp.launch(k.trial_step, dim=1, device=dev, inputs=[tries, self.state, self.alpha])
+        wp.launch(k.trial_point, dim=p.variable_count, device=dev,
+                  inputs=[self.x, self.d, self.alpha, tries, self.state, self.trial])
+        energy = p.assemble_energy(self.trial)
+        wp.launch(k.armijo_test, dim=1, device=dev,
+                  inputs=[energy, wp.float64(solver.armijo_c), wp.float64(solver.shrink), tries, self.state])
+
+    def _trial_while_open(self, tries: int) -> None:
+        """The body of the captured line search's while node: one trial, then its condition for the next."""
+        self._trial(tries)
+        wp.launch(k.search_open, dim=1, device=self.device, inputs=[tries, self.state, self.searching])
+
+    def _trials(self, captured: bool) -> None:
+        """The line search's trials after its direction: a while node in a capture (``conditional``), else
+        ``trials`` of them (the rest in the next slot)."""
+        tries = self.solver.max_line_search_tries
+        if captured and self.conditional:
+            wp.launch(k.search_open, dim=1, device=self.device, inputs=[tries, self.state, self.searching])
+            wp.capture_while(self.searching, self._trial_while_open, tries=tries)
+        else:
+            for _ in range(self.options.trials):
+                self._trial(tries)
+            if self.conditional:  # load the while node's kernel before a capture needs it
+                wp.launch(k.search_open, dim=1, device=self.device, inputs=[tries, self.state, self.searching])
+
+    def _conditional_failed(self, exc: Exception) -> bool:
+        """A capture with the line search's while node failed: capture without it from now on (``trials`` per
+        slot) and keep the reason in :attr:`conditional_error`. False where no while node was captured."""
+        if not self.conditional:
+            return False
+        self.conditional = False
+        self.conditional_error = f"{type(exc).__name__}: {exc}"[:500]
+        _logger.info("device loop: the line search could not be captured as a while node (%s); %d trials per slot",
+                     self.conditional_error, self.options.trials)
+        return True
+
+
+class DeviceLoopRunner(DeviceLoopBase):
+    """Buffers, kernels and graphs of one solver's device loop (made by ``NewtonSolver``)."""
+
+    def __init__(self, solver, options: DeviceLoop):
+        super().__init__(solver, options)
+        self.solved, self.rhs = self._vector(), self._vector()
+        self.residual_sq = wp.zeros(1, dtype=self.scalar, device=self.device)
+        self.solve_failed = wp.zeros(1, dtype=wp.int32, device=self.device)
+        self.H = None
+        self.solve_capture_error: str | None = None  # why capturing the linear solve failed (then never tried again)
+        self.kept_capture_error: str | None = None  # why the slot with kept factors could not be captured
+        # keep_start_factors: the point of the last factorization (copied by every factorizing slot, on the device)
+        self.keep = bool(getattr(solver, "keeps_start_factors", False)) and options.poll
+        self.factored_x = self._vector() if self.keep else None
+        self.factored = False  # a factorizing slot has been queued (the back-end holds factors of factored_x)
 
     # -- launches ---------------------------------------------------------------------------------------------------
 
@@ -206,21 +258,6 @@ class DeviceLoopRunner:
             infos.append(None)
             self.solve_failed.fill_(1)
 
-    def _trial(self, tries: int) -> None:
-        """One Armijo trial (nothing once one was accepted or the tries are spent)."""
-        solver, dev, p = self.solver, self.device, self.solver.problem
-        wp.launch(k.trial_step, dim=1, device=dev, inputs=[tries, self.state, self.alpha])
-        wp.launch(k.trial_point, dim=p.variable_count, device=dev,
-                  inputs=[self.x, self.d, self.alpha, tries, self.state, self.trial])
-        energy = p.assemble_energy(self.trial)
-        wp.launch(k.armijo_test, dim=1, device=dev,
-                  inputs=[energy, wp.float64(solver.armijo_c), wp.float64(solver.shrink), tries, self.state])
-
-    def _trial_while_open(self, tries: int) -> None:
-        """The body of the captured line search's while node: one trial, then its condition for the next."""
-        self._trial(tries)
-        wp.launch(k.search_open, dim=1, device=self.device, inputs=[tries, self.state, self.searching])
-
     def _line_search(self, s, captured: bool = False) -> None:
         solver, dev, p = self.solver, self.device, self.solver.problem
         backend = solver.linear_solver
@@ -233,14 +270,7 @@ class DeviceLoopRunner:
         wp.launch(k.use_direction, dim=p.variable_count, device=dev,
                   inputs=[self.solved, self.g, self.scalar(-1.0), self.state, self.d])
         tries = solver.max_line_search_tries
-        if captured and self.conditional:
-            wp.launch(k.search_open, dim=1, device=dev, inputs=[tries, self.state, self.searching])
-            wp.capture_while(self.searching, self._trial_while_open, tries=tries)
-        else:
-            for _ in range(self.options.trials):
-                self._trial(tries)
-            if self.conditional:  # load the while node's kernel before a capture needs it
-                wp.launch(k.search_open, dim=1, device=dev, inputs=[tries, self.state, self.searching])
+        self._trials(captured)
         wp.launch(k.take_step, dim=p.variable_count, device=dev, inputs=[self.d, self.alpha, self.state, self.x])
         wp.launch(k.finish_line_search, dim=1, device=dev,
                   inputs=[s["energy_tolerance"], tries, self.state, self.history])
@@ -299,17 +329,6 @@ class DeviceLoopRunner:
                              self.solve_capture_error)
             return None
         return whole.graph, info
-
-    def _conditional_failed(self, exc: Exception) -> bool:
-        """A capture with the line search's while node failed: capture without it from now on (``trials`` per
-        slot) and keep the reason in :attr:`conditional_error`. False where no while node was captured."""
-        if not self.conditional:
-            return False
-        self.conditional = False
-        self.conditional_error = f"{type(exc).__name__}: {exc}"[:500]
-        _logger.info("device loop: the line search could not be captured as a while node (%s); %d trials per slot",
-                     self.conditional_error, self.options.trials)
-        return True
 
     def _capture_after_solve(self, s):
         """The graph of the slot's part after the linear solve (line search, derivatives)."""

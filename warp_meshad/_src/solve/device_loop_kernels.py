@@ -11,6 +11,9 @@ from typing import Any
 
 import warp as wp
 
+from warp_meshad._src.solve.policy import codes
+from warp_meshad._src.solve.policy import device as policy
+
 # state slots (float64 array of STATE_SIZE)
 STATUS = wp.constant(0)  # 0 running, else a stop code (REASONS)
 IT = wp.constant(1)  # index of the current point x_it (accepted steps so far)
@@ -44,25 +47,19 @@ H_ALPHA = wp.constant(8)
 H_TRIES = wp.constant(9)
 HISTORY_SIZE = 10
 
-# stop codes written to state[STATUS]
-GRADIENT_NORM = wp.constant(1)
-NEWTON_DECREMENT = wp.constant(2)
-ENERGY_CHANGE = wp.constant(3)
-MAX_ITERATIONS = wp.constant(4)
-LINE_SEARCH_FAILED = wp.constant(5)
-NON_FINITE_ENERGY = wp.constant(6)
-NON_FINITE_GRADIENT = wp.constant(7)
-REASONS = {
-    1: "gradient_norm",
-    2: "newton_decrement",
-    3: "energy_change",
-    4: "max_iterations",
-    5: "line_search_failed",
-    6: "non_finite_energy",
-    7: "non_finite_gradient",
-}
-CONVERGED = ("gradient_norm", "newton_decrement", "energy_change")
-FALLBACKS = {1: "not_descent_direction", 2: "linear_solve_failed", 3: "linear_solve_inaccurate"}
+# stop codes written to state[STATUS] and fallback codes (the policy's, :mod:`~warp_meshad._src.solve.policy.codes`)
+GRADIENT_NORM = wp.constant(codes.GRADIENT_NORM)
+NEWTON_DECREMENT = wp.constant(codes.NEWTON_DECREMENT)
+ENERGY_CHANGE = wp.constant(codes.ENERGY_CHANGE)
+MAX_ITERATIONS = wp.constant(codes.MAX_ITERATIONS)
+LINE_SEARCH_FAILED = wp.constant(codes.LINE_SEARCH_FAILED)
+NON_FINITE_ENERGY = wp.constant(codes.NON_FINITE_ENERGY)
+NON_FINITE_GRADIENT = wp.constant(codes.NON_FINITE_GRADIENT)
+LINEAR_SOLVE_FAILED = wp.constant(codes.LINEAR_SOLVE_FAILED)
+LINEAR_SOLVE_INACCURATE = wp.constant(codes.LINEAR_SOLVE_INACCURATE)
+REASONS = codes.REASONS
+CONVERGED = codes.CONVERGED
+FALLBACKS = codes.FALLBACKS
 
 
 @wp.func
@@ -88,22 +85,16 @@ def check_point(
     if it == 0:
         state[F] = f
         history[0, H_ENERGY] = f
-    if hessian_eval != 0 and not wp.isfinite(f):
-        _stop(state, NON_FINITE_ENERGY)
+    gnorm = policy.gradient_norm(wp.float64(gg[0]))
+    status = policy.point_status(f, hessian_eval, gnorm, it, max_iterations, gradient_tolerance)
+    if status == NON_FINITE_ENERGY:
+        _stop(state, status)
         return
-    v = wp.float64(gg[0])
-    gnorm = wp.float64(wp.nan)
-    if v >= wp.float64(0.0):
-        gnorm = wp.sqrt(v)
     state[GNORM] = gnorm
     history[it, H_HAS_GNORM] = wp.float64(1.0)
     history[it, H_GNORM] = gnorm
-    if not wp.isfinite(gnorm):
-        _stop(state, NON_FINITE_GRADIENT)
-    elif gnorm <= gradient_tolerance:
-        _stop(state, GRADIENT_NORM)
-    elif it == max_iterations:
-        _stop(state, MAX_ITERATIONS)
+    if status != 0:
+        _stop(state, status)
 
 
 @wp.kernel(enable_backward=False, module="unique")
@@ -126,12 +117,12 @@ def check_direction(
         return
     it = int(state[IT])
     history[it, H_SLOT] = state[SLOT]
-    fallback = int(0)
     dd = wp.float64(gd[0])
+    fallback = int(0)
     if solve_failed[0] != 0:
-        fallback = 2
+        fallback = LINEAR_SOLVE_FAILED
     elif check_residual != 0 and not wp.isfinite(wp.float64(residual_sq[0])):
-        fallback = 2
+        fallback = LINEAR_SOLVE_FAILED
     elif check_residual != 0 and residual_rtol > wp.float64(0.0) and wp.float64(residual_sq[0]) > (
         residual_rtol * residual_rtol * state[GNORM] * state[GNORM]
     ):
@@ -142,18 +133,17 @@ def check_direction(
             state[REDO_AT] = wp.float64(it + 1)
             state[REJECTED] = state[REJECTED] + wp.float64(1.0)
             return
-        fallback = 3
-    elif not wp.isfinite(dd) or dd >= wp.float64(0.0):
-        fallback = 1
+        fallback = LINEAR_SOLVE_INACCURATE
+    else:
+        fallback = policy.direction_fallback(dd, 0)
     if fallback != 0:
-        g = state[GNORM]
-        dd = -g * g
+        dd = policy.fallback_slope(state[GNORM])
     state[FALLBACK] = wp.float64(fallback)
     history[it, H_HAS_DIRECTION] = wp.float64(1.0)
     history[it, H_FALLBACK] = wp.float64(fallback)
-    decrement = wp.float64(0.5) * wp.abs(dd)
+    decrement = policy.newton_decrement(dd)
     history[it, H_DECREMENT] = decrement
-    if decrement < tolerance:
+    if policy.decrement_converged(decrement, tolerance):
         _stop(state, NEWTON_DECREMENT)
         return
     state[DD] = dd
@@ -221,7 +211,7 @@ def armijo_test(
     state[TRIES] = state[TRIES] + wp.float64(1.0)
     f = wp.float64(energy[0])
     alpha = state[ALPHA]
-    if wp.isfinite(f) and f <= state[F] + c * alpha * state[DD]:
+    if policy.armijo_accepts(f, state[F], alpha, state[DD], c):
         state[ACCEPTED] = wp.float64(1.0)
         state[F_NEW] = f
     else:
@@ -259,7 +249,7 @@ def finish_line_search(
         history[it + 1, H_ENERGY] = f
         state[IT] = wp.float64(it + 1)
         state[PHASE] = wp.float64(0.0)
-        if wp.abs(f_old - f) <= energy_tolerance * wp.max(wp.float64(1.0), wp.abs(f_old)):
+        if policy.energy_change_converged(f_old, f, energy_tolerance):
             _stop(state, ENERGY_CHANGE)
     elif int(state[TRIES]) >= max_tries:
         history[it, H_HAS_STEP] = wp.float64(1.0)

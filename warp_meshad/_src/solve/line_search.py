@@ -8,11 +8,11 @@ inverted element, a penetration) is rejected like any other failed trial and the
 
 from __future__ import annotations
 
-import math
 from typing import Callable, NamedTuple
 
 import warp as wp
 
+from warp_meshad._src.solve import policy
 from warp_meshad._src.solve.vector_ops import axpy_into
 
 __all__ = ["LineSearchResult", "armijo", "check_armijo_settings"]
@@ -120,21 +120,19 @@ def armijo(
         return LineSearchResult(0.0, f0, tries, False)
 
     tries = 0
-    if not math.isfinite(f0) or not math.isfinite(dd) or dd >= 0.0:
+    if not policy.line_search_possible(f0, dd):
         return _reject()
 
-    alpha = float(max_step)
-    if step_bound_fn is not None:
-        bound = float(step_bound_fn(x, direction))
-        if not bound > 0.0:  # also catches NaN
-            return _reject()
-        alpha = min(alpha, bound)
+    bound = None if step_bound_fn is None else float(step_bound_fn(x, direction))
+    alpha = float(policy.first_trial_step(float(max_step), bound))
+    if not alpha > 0.0:  # a step bound <= 0 (or NaN): no step is possible
+        return _reject()
 
     while tries < int(max_tries):
         axpy_into(out, x, alpha, direction)
         f = float(energy_fn(out))
         tries += 1
-        if math.isfinite(f) and f <= f0 + c * alpha * dd:
+        if policy.armijo_accepts(f, f0, alpha, dd, c):
             return LineSearchResult(alpha, f, tries, True)
         alpha *= shrink
     return _reject()

@@ -33,8 +33,10 @@ from typing import Any, Callable
 
 import warp as wp
 
+from warp_meshad._src.solve import policy
 from warp_meshad._src.solve.constraints import apply_dirichlet, fixed_indices, fixed_mask_from_indices, zero_fixed_rows
 from warp_meshad._src.solve.device_loop import DeviceLoop, DeviceLoopRunner, device_loop_options
+from warp_meshad._src.solve.first_order_loop import FirstOrderLoopRunner
 from warp_meshad._src.solve.line_search import armijo
 from warp_meshad._src.solve.linear import LinearSolveError, LinearSolver, make_linear_solver
 from warp_meshad._src.solve.vector_ops import (
@@ -292,8 +294,11 @@ class _Driver:
             check_finite_variables(x, f"{type(self).__name__}.solve(x=...)")
         gtol = solve_tolerances(max_iterations, tolerance, gradient_tolerance, energy_tolerance)
         if self._device_loop is not None:
-            result = SolveResult(x=x, linear_solver=self.linear_solver.name,
-                                 cudss_skipped_reason=self.linear_solver.cudss_skipped_reason)
+            backend = getattr(self, "linear_solver", None)
+            result = SolveResult(x=x, linear_solver=getattr(backend, "name", None),
+                                 cudss_skipped_reason=getattr(backend, "cudss_skipped_reason", None))
+            if backend is None:  # first order: no decrement test
+                return self._device_loop.run(x, max_iterations, gtol, energy_tolerance, callback, result)
             return self._device_loop.run(x, max_iterations, tolerance, gtol, energy_tolerance, callback, result)
         t_start = self._now()
         self._alloc("x", "trial", "g", "d")
@@ -333,18 +338,14 @@ class _Driver:
                 f = f_eval
                 result.energies.append(f)
             if not math.isfinite(f):
-                result.reason = "non_finite_energy"
+                result.reason = policy.REASONS[policy.NON_FINITE_ENERGY]
                 break
-            gnorm = norm(g)
+            gnorm = float(policy.gradient_norm(dot(g, g)))
             result.gradient_norms.append(gnorm)
-            if not math.isfinite(gnorm):
-                result.reason = "non_finite_gradient"
-                break
-            if gnorm <= gtol:
-                result.converged, result.reason = True, "gradient_norm"
-                break
-            if it == int(max_iterations):
-                result.reason = "max_iterations"
+            status = int(policy.point_status(None, gnorm, it, max_iterations, gtol))
+            if status != policy.RUNNING:
+                result.reason = policy.REASONS[status]
+                result.converged = result.reason in policy.CONVERGED
                 break
 
             t0 = self._now()
@@ -361,19 +362,19 @@ class _Driver:
                     break
             if fallback is None:
                 dd = dot(g, d)
-                if not math.isfinite(dd) or dd >= 0.0:  # indefinite Hessian, bad curvature pair, NaN solution
-                    fallback = "not_descent_direction"
+                code = int(policy.direction_fallback(dd))  # indefinite Hessian, bad curvature pair, NaN solution
+                fallback = policy.FALLBACKS[code] if code != policy.NO_FALLBACK else None
             if fallback is not None:
                 # the direction cannot be used: steepest descent this iteration, counted in the result
                 scale_into(d, -1.0, g)
-                dd = -gnorm * gnorm
+                dd = float(policy.fallback_slope(gnorm))
                 result._fall_back(fallback)
                 self._on_fallback()
             if self.uses_newton_decrement:
-                decrement = 0.5 * abs(dd)
+                decrement = float(policy.newton_decrement(dd))
                 result.newton_decrements.append(decrement)
-                if decrement < tolerance:
-                    result.converged, result.reason = True, "newton_decrement"
+                if policy.decrement_converged(decrement, tolerance):
+                    result.converged, result.reason = True, policy.REASONS[policy.NEWTON_DECREMENT]
                     break
 
             t0 = self._now()
@@ -396,7 +397,7 @@ class _Driver:
             result.line_search_tries.append(ls.tries)
             result.step_sizes.append(ls.alpha)
             if not ls.accepted:
-                result.reason = "line_search_failed"
+                result.reason = policy.REASONS[policy.LINE_SEARCH_FAILED]
                 break
             # accept: swap x and trial buffers
             self._buffers["x"], self._buffers["trial"] = self._buffers["trial"], self._buffers["x"]
@@ -407,8 +408,8 @@ class _Driver:
             if callback is not None and callback(result.iterations, xk, f):
                 result.reason = "callback"
                 break
-            if abs(f_old - f) <= energy_tolerance * max(1.0, abs(f_old)):
-                result.converged, result.reason = True, "energy_change"
+            if policy.energy_change_converged(f_old, f, energy_tolerance):
+                result.converged, result.reason = True, policy.REASONS[policy.ENERGY_CHANGE]
                 break
 
         result.x = wp.clone(xk)
@@ -780,6 +781,12 @@ class LBFGSSolver(_Driver):
         fixed: indices of pinned variables, or None.
         initial_step: length of the very first step along ``-g`` (before any curvature information).
         step_bound_fn, shrink, max_line_search_tries, armijo_c: as :class:`NewtonSolver`.
+        device_loop: False (default: the host loop), True, or a
+            :class:`~warp_meshad._src.solve.device_loop.DeviceLoop`: the iteration (two-loop recursion over a ring
+            of pairs on the device, Armijo trials, every stop test) queued on the problem's device with at most one
+            small host read per iteration, none with ``poll=False`` and ``capture=True`` (the whole solve one CUDA
+            graph); see :mod:`~warp_meshad._src.solve.first_order_loop`. Same iterates as the host loop (CPU: bit
+            for bit).
     """
 
     def __init__(
@@ -792,6 +799,7 @@ class LBFGSSolver(_Driver):
         shrink: float = 0.8,
         max_line_search_tries: int = 64,
         armijo_c: float = 1e-4,
+        device_loop: bool | DeviceLoop = False,
     ):
         super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn)
         if int(history) < 1:
@@ -800,6 +808,9 @@ class LBFGSSolver(_Driver):
             raise ValueError(f"initial_step: expected > 0, got {initial_step}")
         self.history = int(history)
         self.initial_step = float(initial_step)
+        options = device_loop_options(device_loop, self)
+        self._device_loop = None if options is None else FirstOrderLoopRunner(self, options, self.history,
+                                                                              self.initial_step)
 
     def _start(self, x):
         p = self.problem
@@ -867,6 +878,7 @@ class GradientDescentSolver(_Driver):
         step: first trial step length along ``-g`` (the line search shrinks it).
         fixed: indices of pinned variables, or None.
         step_bound_fn, shrink, max_line_search_tries, armijo_c: as :class:`NewtonSolver`.
+        device_loop: as :class:`LBFGSSolver` (the direction is ``-g``).
     """
 
     def __init__(
@@ -878,11 +890,14 @@ class GradientDescentSolver(_Driver):
         shrink: float = 0.8,
         max_line_search_tries: int = 64,
         armijo_c: float = 1e-4,
+        device_loop: bool | DeviceLoop = False,
     ):
         super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn)
         if not step > 0.0:
             raise ValueError(f"step: expected > 0, got {step}")
         self.step = float(step)
+        options = device_loop_options(device_loop, self)
+        self._device_loop = None if options is None else FirstOrderLoopRunner(self, options, 0)
 
     def _direction(self, x, g, result):
         scale_into(self._buf("d"), -1.0, g)
