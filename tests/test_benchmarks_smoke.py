@@ -178,3 +178,28 @@ def test_newton_tet_variants_reach_the_same_minimum(device, tmp_path, monkeypatc
     assert all(row["factor_dtype"] == "float32" for row in runs["scipy_f32"]["iterations_detail"])
     split = next(r for r in records if r["method"] == "derivatives_split")
     assert split["hessian_proj_ms"] > 0.0 and split["energy_ms"] > 0.0
+
+
+def test_manifold_lbfgs_jax_transcription_matches_warp_meshad(device, tmp_path, monkeypatch):
+    """benchmarks/manifold_lbfgs on the sphere at 2 steps x 10 iterations: the JAX transcription of the L-BFGS ends at
+    warp_meshad's energy (1e-9 relative) with the same iterations in every step, and both are timed."""
+    jax = pytest.importorskip("jax", reason="jax (the benchmark's JAX transcription) is not installed")
+    from benchmarks import manifold_lbfgs
+
+    monkeypatch.setenv("BENCH_OUT", str(tmp_path))
+    x64 = jax.config.jax_enable_x64
+    try:
+        records = manifold_lbfgs.main(["--device", device, "--scenes", "sphere_lbfgs", "--set", "steps=2",
+                                       "--set", "iterations=10", "--methods", "warp_meshad,jax_transcription",
+                                       "--runs", "1"])
+    finally:
+        jax.config.update("jax_enable_x64", x64)  # the benchmark turns float64 on for the whole process
+    assert (tmp_path / "manifold_lbfgs.json").exists()
+    runs = {r["method"]: r for r in records}
+    assert sorted(runs) == ["jax_transcription", "warp_meshad"], [r.get("error") for r in records]
+    warp, jx = runs["warp_meshad"], runs["jax_transcription"]
+    assert warp["step_iterations"] == [10, 10] and jx["step_iterations"] == warp["step_iterations"]
+    np.testing.assert_allclose(jx["step_energies"], warp["step_energies"], rtol=1e-9)
+    np.testing.assert_allclose(jx["final_energy"], warp["final_energy"], rtol=1e-9)
+    assert warp["final_energy"] < warp["start_energy"] - 0.1  # the steps moved the embedding
+    assert jx["check"]["agree"] and jx["ms_median"] > 0.0 and warp["ms_median"] > 0.0
