@@ -15,18 +15,17 @@ import warp_meshad.app as appmod
 from warp_meshad import NewtonSolver
 
 systems = []
-orig = NewtonSolver._direction
-def dump(self, x, g, result):
-    out = orig(self, x, g, result)
-    H = self._H
+orig = NewtonSolver.solve_direction
+def dump(self, H, g, out, kept=False):
+    info = orig(self, H, g, out, kept=kept)
     nb = H.nrow; bs = H.block_shape[0]
     off = H.offsets.numpy()[: nb + 1]; nnz = off[-1]
     A = sps.bsr_matrix((H.values.numpy()[:nnz], H.columns.numpy()[:nnz], off), shape=(nb * bs, nb * bs)).tocsr()
-    b = self._buf("rhs").numpy().reshape(-1).copy()
-    d = self._buf("d").numpy().reshape(-1).copy()
+    b = -g.numpy().reshape(-1).copy()  # the pinned rows of g are zero, as those of the right-hand side
+    d = out.numpy().reshape(-1).copy()
     systems.append((A, b, d))
-    return out
-NewtonSolver._direction = dump
+    return info
+NewtonSolver.solve_direction = dump
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 40
 cfg = appmod.load_config("elastic/bunny", overrides={"screenshot": False, "device": "cpu", "steps": steps,
                                                      "device_loop": False})

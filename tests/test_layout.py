@@ -1,5 +1,5 @@
 """The layout's promises: apps and examples use only public modules, benchmarks only a listed set of private names,
-importing warp_meshad stays light, and no module import cycle exists (every module imports first in a fresh process,
+importing warp_meshad stays light, no module import cycle exists, and no private member of a solver class is used outside its module (every module imports first in a fresh process,
 in sorted and in reversed order)."""
 
 import ast
@@ -107,3 +107,50 @@ def test_no_import_cycle(order):
         modules = modules[::-1]
     script = f"import importlib\nfor name in {modules!r}:\n    importlib.import_module(name)\nprint('ok')\n"
     assert _run(script).strip() == "ok"
+
+
+# the solver classes' modules: their private members are theirs alone
+SOLVER_MODULES = ("solvers.py", "device_loop.py", "first_order_loop.py", "batch_solver.py")
+
+
+def _private_members(path: pathlib.Path) -> set[str]:
+    """The ``_name`` methods and ``self._name`` attributes of the classes in ``path``."""
+    names = set()
+    for cls in (n for n in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(n, ast.ClassDef)):
+        for node in ast.walk(cls):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("_") and not node.name.startswith("__"):
+                names.add(node.name)
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                names.add(node.attr)
+    return names
+
+
+def _foreign_uses(path: pathlib.Path, names: set[str]) -> list[str]:
+    """``line: expr._name`` for each access to one of ``names`` on anything but ``self`` / ``cls`` / ``super()`` / a
+    class defined in ``path``."""
+    out = []
+    tree = ast.parse(path.read_text(), str(path))
+    own_classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr in names):
+            continue
+        base = node.value
+        if isinstance(base, ast.Name) and base.id in ("self", "cls", *own_classes):  # a class of this module
+            continue
+        if isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super":
+            continue
+        out.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_no_private_solver_member_is_used_across_modules():
+    """The loops, apps and benchmarks reach a solver through its public step API (``system``,
+    ``solve_direction``, ``pinned_gradient``, ``check_x``, ``first_step``, ``SolveResult.record_*``), never through
+    another class's underscore members."""
+    solve = ROOT / "warp_meshad" / "_src" / "solve"
+    members = {solve / m: _private_members(solve / m) for m in SOLVER_MODULES}
+    assert {"_direction", "_hessian", "_buf", "_alloc", "_keep_gradient"} <= members[solve / "solvers.py"]
+    files = [p for folder in ("warp_meshad", "apps", "benchmarks") for p in sorted((ROOT / folder).rglob("*.py"))]
+    uses = [use for p in files for use in _foreign_uses(p, set().union(*(n for m, n in members.items() if m != p)))]
+    assert uses == [], "\n".join(uses)

@@ -26,7 +26,7 @@ import warp as wp
 from warp_meshad._src.problem.batch import ProblemBatch
 from warp_meshad._src.solve import policy
 from warp_meshad._src.solve.constraints import fixed_indices
-from warp_meshad._src.solve.linear import LinearSolver
+from warp_meshad._src.solve.linear import LinearSolveError, LinearSolver
 from warp_meshad._src.solve.line_search import check_armijo_settings
 from warp_meshad._src.solve.solvers import (
     NewtonSolver,
@@ -122,7 +122,11 @@ class _Stage:
         self.mask = wp.array(base, dtype=wp.int32, device=dev)
         self.stopped = wp.zeros(B, dtype=wp.int32, device=dev)
         self.newton.fixed_mask = self.mask
-        self.newton._alloc("x", "trial", "g", "d")
+
+        def vec():
+            return wp.zeros(n, dtype=p.variable_type, device=dev)
+
+        self.x, self.trial, self.g, self.d = vec(), vec(), vec(), vec()
         self.alpha = wp.zeros(B, dtype=p.dtype, device=dev)
         self.flag = wp.zeros(B, dtype=wp.int32, device=dev)
         self.per_mesh = wp.zeros(B, dtype=p.dtype, device=dev)
@@ -234,8 +238,8 @@ class BatchNewtonSolver:
         options = dict(self._options, linear_solver=self.linear_solver.name)
         new = _Stage(self.batch.subset(active), [self.fixed[b] for b in active], options)
         x = new.batch.join([parts[local[int(b)]] for b in active])
-        wp.copy(new.newton._buf("x"), x)
-        return new, active.copy(), new.newton._buf("x")
+        wp.copy(new.x, x)
+        return new, active.copy(), new.x
 
     def solve(
         self,
@@ -263,7 +267,7 @@ class BatchNewtonSolver:
         """
         batch = self.batch
         st = self._first
-        st.newton._check_x(x)
+        st.newton.check_x(x)
         if check_finite:
             check_finite_variables(x, "BatchNewtonSolver.solve(x=...)")
         gtol = solve_tolerances(max_iterations, tolerance, gradient_tolerance, energy_tolerance)
@@ -279,7 +283,7 @@ class BatchNewtonSolver:
         stopped = np.zeros(B, dtype=bool)
         ids = np.arange(B)  # the original index of each mesh of the current stage
         st.update_mask(stopped[ids])
-        xk = st.newton._buf("x")
+        xk = st.x
         wp.copy(xk, x)
         f = np.full(B, math.nan)
         started = np.zeros(B, dtype=bool)
@@ -307,9 +311,9 @@ class BatchNewtonSolver:
             if it == max_it and it > 0:
                 _, g_p = p.eval_with_gradient(xk)  # past the cap: gradient norms only
             else:
-                _, g_p, H = nt._hessian(xk)
+                _, g_p, H = nt.system(xk)
             f_eval = st.energies()
-            g = nt._keep_gradient(g_p)
+            g = nt.pinned_gradient(g_p, st.g)
             gn = policy.gradient_norm(st.dots(g, g))
             times["derivatives"] += (time.perf_counter() - t0) * 1000.0
             for k, b in enumerate(ids):
@@ -331,14 +335,19 @@ class BatchNewtonSolver:
 
             t0 = time.perf_counter()
             st.update_mask(stopped[ids])  # stopped meshes: Dirichlet rows, d = 0 there
-            nt._H = H
+            d = st.d
+            try:
+                info = nt.solve_direction(H, g, d)
+            except LinearSolveError:
+                info = None
+            failed = info is None
             linear = SolveResult(x=None)
-            failed = nt._direction(xk, g, linear) is not None
-            info = getattr(nt, "last_linear_info", None)
-            if info is not None:  # the compaction rule's times: the stage's analysis, its last factorization + solve
+            if failed:
+                linear.record_linear_solve(0, False, failed=True)
+            else:  # the compaction rule's times: the stage's analysis, its last factorization + solve
+                linear.record_linear_solve(info.iterations, info.converged)
                 times_ms["analysis"] = times_ms.get("analysis", 0.0) + info.analysis_ms
                 times_ms["round"] = info.factor_ms + info.solve_ms
-            d = nt._buf("d")
             dd = st.dots(g, d)
             times["linear_solve"] += (time.perf_counter() - t0) * 1000.0
             codes = policy.direction_fallback(dd, failed)
@@ -353,7 +362,7 @@ class BatchNewtonSolver:
                 if codes[k] == policy.NO_FALLBACK:
                     continue
                 fallback[k] = 1
-                r._fall_back(policy.FALLBACKS[int(codes[k])])
+                r.record_fallback(policy.FALLBACKS[int(codes[k])])
                 dd[k] = policy.fallback_slope(gn[k])
             if fallback.any():
                 st.flag.assign(fallback)
@@ -381,7 +390,7 @@ class BatchNewtonSolver:
             f_new = f0.copy()
             pending = np.zeros(n_local, dtype=bool)
             pending[moving] = True
-            trial = nt._buf("trial")
+            trial = st.trial
             while pending.any():
                 st.axpy(trial, xk, alpha, d)
                 p.assemble_energy(trial)
@@ -397,8 +406,8 @@ class BatchNewtonSolver:
                         alpha[k] *= self.shrink
             st.axpy(trial, xk, alpha, d)  # the accepted points (x itself where no step was taken)
             times["line_search"] += (time.perf_counter() - t0) * 1000.0
-            nt._buffers["x"], nt._buffers["trial"] = nt._buffers["trial"], nt._buffers["x"]
-            xk = nt._buffers["x"]
+            st.x, st.trial = st.trial, st.x
+            xk = st.x
             for k in moving:
                 b = ids[k]
                 r = res[b]

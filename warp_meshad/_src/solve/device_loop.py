@@ -265,7 +265,7 @@ class DeviceLoopRunner(DeviceLoopBase):
         checked = int(backend.defers_checks and backend.compute_residual)
         wp.launch(k.check_direction, dim=1, device=dev,
                   inputs=[self.gd, self.residual_sq, self.solve_failed, checked, wp.float64(backend.direction_rtol),
-                          int(self.options.poll), s["tolerance"], wp.float64(solver._max_step()), self.state,
+                          int(self.options.poll), s["tolerance"], wp.float64(solver.first_step), self.state,
                           self.history])  # fmt: skip
         wp.launch(k.use_direction, dim=p.variable_count, device=dev,
                   inputs=[self.solved, self.g, self.scalar(-1.0), self.state, self.d])
@@ -488,11 +488,11 @@ class DeviceLoopRunner(DeviceLoopBase):
                 fallback = int(row[k.H_FALLBACK])
                 info = infos[int(row[k.H_SLOT]) - 1]
                 if fallback == 2:
-                    result._linear_solve(0, False, failed=True)
+                    result.record_linear_solve(0, False, failed=True)
                 else:
-                    result._linear_solve(info.iterations, info.converged)
+                    result.record_linear_solve(info.iterations, info.converged)
                 if fallback:
-                    result._fall_back(k.FALLBACKS[fallback])
+                    result.record_fallback(k.FALLBACKS[fallback])
                 result.newton_decrements.append(float(row[k.H_DECREMENT]))
             if row[k.H_HAS_STEP]:
                 result.step_sizes.append(float(row[k.H_ALPHA]))

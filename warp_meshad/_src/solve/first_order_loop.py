@@ -140,7 +140,7 @@ class FirstOrderLoopRunner(DeviceLoopBase):
         wp.utils.array_inner(self.g, self.q, out=self.gd)
         wp.launch(k.check_direction, dim=1, device=dev,
                   inputs=[self.gd, self.dummy, self.no_failure, 0, wp.float64(0.0), 0, wp.float64(-1.0),
-                          wp.float64(solver._max_step()), self.state, self.history])
+                          wp.float64(solver.first_step), self.state, self.history])
         wp.launch(k.use_direction, dim=n, device=dev, inputs=[self.q, self.g, self.scalar(-1.0), self.state, self.d])
         if m:
             wp.launch(fk.forget_pairs_on_fallback, dim=1, device=dev, inputs=[self.state, self.ring])
@@ -264,7 +264,7 @@ class FirstOrderLoopRunner(DeviceLoopBase):
             if row[k.H_HAS_GNORM]:
                 result.gradient_norms.append(float(row[k.H_GNORM]))
             if row[k.H_HAS_DIRECTION] and row[k.H_FALLBACK]:
-                result._fall_back(k.FALLBACKS[int(row[k.H_FALLBACK])])
+                result.record_fallback(k.FALLBACKS[int(row[k.H_FALLBACK])])
             if row[k.H_HAS_STEP]:
                 result.step_sizes.append(float(row[k.H_ALPHA]))
                 result.line_search_tries.append(int(row[k.H_TRIES]))

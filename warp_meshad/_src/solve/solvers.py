@@ -121,11 +121,14 @@ class SolveResult:
     linear_solves_capped: int = 0
     cudss_skipped_reason: str | None = None
 
-    def _fall_back(self, why: str) -> None:
+    def record_fallback(self, why: str) -> None:
+        """Count one steepest-descent fallback and its cause (a ``fallback_reasons`` key)."""
         self.steepest_descent_fallbacks += 1
         self.fallback_reasons[why] = self.fallback_reasons.get(why, 0) + 1
 
-    def _linear_solve(self, iterations: int, converged: bool, failed: bool = False) -> None:
+    def record_linear_solve(self, iterations: int, converged: bool, failed: bool = False) -> None:
+        """Record one linear solve of an iteration (``failed``: it raised; a solve that did not converge and did
+        not fail stopped at its iteration cap)."""
         self.linear_iterations.append(int(iterations))
         self.linear_converged.append(bool(converged) and not failed)
         if not converged and not failed:
@@ -236,7 +239,9 @@ class _Driver:
     def _buf(self, name: str) -> wp.array:
         return self._buffers[name]
 
-    def _check_x(self, x) -> None:
+    def check_x(self, x) -> None:
+        """Raise TypeError / ValueError unless ``x`` is a wp.array [variable_count] of the problem's variable dtype
+        on its device (what ``solve`` takes)."""
         p = self.problem
         if not isinstance(x, wp.array):
             raise TypeError(f"x: expected a wp.array, got {type(x).__name__}")
@@ -252,12 +257,16 @@ class _Driver:
         wp.synchronize_device(self.problem.device)
         return time.perf_counter()
 
-    def _keep_gradient(self, g_problem: wp.array) -> wp.array:
-        g = self._buf("g")
-        wp.copy(g, g_problem)
+    def pinned_gradient(self, g_problem: wp.array, out: wp.array) -> wp.array:
+        """Copy the problem's gradient into ``out`` (the problem's buffer is overwritten by its next evaluation) and
+        zero the rows of the pinned variables (``fixed_mask``); returns ``out``. One step of every loop."""
+        wp.copy(out, g_problem)
         if self.fixed_mask is not None:
-            zero_fixed_rows(g, self.fixed_mask)
-        return g
+            zero_fixed_rows(out, self.fixed_mask)
+        return out
+
+    def _keep_gradient(self, g_problem: wp.array) -> wp.array:
+        return self.pinned_gradient(g_problem, self._buf("g"))
 
     # -- the loop ---------------------------------------------------------------------------------------------------
 
@@ -289,7 +298,7 @@ class _Driver:
         Returns:
             :class:`SolveResult`.
         """
-        self._check_x(x)
+        self.check_x(x)
         if check_finite:
             check_finite_variables(x, f"{type(self).__name__}.solve(x=...)")
         gtol = solve_tolerances(max_iterations, tolerance, gradient_tolerance, energy_tolerance)
@@ -368,7 +377,7 @@ class _Driver:
                 # the direction cannot be used: steepest descent this iteration, counted in the result
                 scale_into(d, -1.0, g)
                 dd = float(policy.fallback_slope(gnorm))
-                result._fall_back(fallback)
+                result.record_fallback(fallback)
                 self._on_fallback()
             if self.uses_newton_decrement:
                 decrement = float(policy.newton_decrement(dd))
@@ -388,7 +397,7 @@ class _Driver:
                 shrink=self.shrink,
                 max_tries=self.max_line_search_tries,
                 c=self.armijo_c,
-                max_step=self._max_step(),
+                max_step=self.first_step,
                 step_bound_fn=self.step_bound_fn,
                 out=self._buf("trial"),
             )
@@ -437,7 +446,9 @@ class _Driver:
     def _on_fallback(self) -> None:
         pass
 
-    def _max_step(self) -> float:
+    @property
+    def first_step(self) -> float:
+        """The line search's first trial step (1; gradient descent: its ``step``)."""
         return 1.0
 
 
@@ -565,6 +576,26 @@ class NewtonSolver(_Driver):
         options = device_loop_options(device_loop, self)
         self._device_loop = None if options is None else DeviceLoopRunner(self, options)
 
+    def system(self, x):
+        """Energy, gradient and the Hessian this solver's direction solves with at ``x``: projected per element
+        when ``project_hessian``, plus ``hessian_shift`` on the diagonal (Gauss-Newton: ``J^T J``). Returns
+        ``(f, g, H)`` as :meth:`~warp_meshad.Problem.eval_with_hessian` does (the problem's buffers; pins not applied).
+        One step of the host and batch loops."""
+        return self._hessian(x)
+
+    def solve_direction(self, H, g: wp.array, out: wp.array, kept: bool = False):
+        """The Newton direction into ``out``: ``H d = -g`` with the pinned variables' rows and columns made
+        Dirichlet rows (``fixed_mask``; ``g`` already zero there), by the linear back-end (``kept``: with the factors
+        it kept, :meth:`~warp_meshad.LinearSolver.resolve`). ``H`` is modified by the pins. Returns the back-end's
+        :class:`~warp_meshad.LinearSolveInfo`; raises :class:`~warp_meshad.LinearSolveError` where the solve
+        failed. One step of the host and batch loops."""
+        rhs = self._buf_rhs()
+        scale_into(rhs, -1.0, g)
+        if self.fixed_mask is not None:
+            apply_dirichlet(H, rhs, self.fixed_mask)
+        out.zero_()
+        return (self.linear_solver.resolve if kept else self.linear_solver.solve)(H, rhs, out)
+
     def _hessian(self, x):
         if self.project_hessian:
             f, g, H = self.problem.eval_with_hessian_proj(x, mode=self.projection, eps=self.projection_eps)
@@ -598,22 +629,14 @@ class NewtonSolver(_Driver):
         return float(self._same.numpy()[0]) == 1.0
 
     def _direction(self, x, g, result):
-        H = self._H
-        rhs = self._buf_rhs()
-        scale_into(rhs, -1.0, g)
-        if self.fixed_mask is not None:
-            apply_dirichlet(H, rhs, self.fixed_mask)
-        d = self._buf("d")
-        d.zero_()
-        self.last_linear_info = None
         keeping = self.keeps_start_factors
         # the solve's first direction (no linear solve recorded in this solve's result yet) from the kept factors
         kept = keeping and not result.linear_iterations and self._at_factored_point(x)
         try:
-            info = (self.linear_solver.resolve if kept else self.linear_solver.solve)(H, rhs, d)
+            info = self.solve_direction(self._H, g, self._buf("d"), kept=kept)
         except LinearSolveError:
             self._factored_at = None
-            result._linear_solve(0, False, failed=True)
+            result.record_linear_solve(0, False, failed=True)
             return "linear_solve_failed"
         if kept:
             self.kept_solves += 1
@@ -621,8 +644,7 @@ class NewtonSolver(_Driver):
             if self._factored_at is None or self._factored_at.shape != x.shape:
                 self._factored_at = wp.empty_like(x)
             wp.copy(self._factored_at, x)
-        self.last_linear_info = info  # the batch solver's compaction rule reads its timings
-        result._linear_solve(info.iterations, info.converged)
+        result.record_linear_solve(info.iterations, info.converged)
         return None
 
     def _buf_rhs(self):
@@ -746,10 +768,10 @@ class NewtonCGSolver(_Driver):
             self._hvp(x, p, hp)
             curvature = dot(p, hp)
             if not math.isfinite(curvature):
-                result._linear_solve(iterations, False, failed=True)
+                result.record_linear_solve(iterations, False, failed=True)
                 return "linear_solve_failed"
             if curvature <= 0.0:
-                result._linear_solve(iterations, True)
+                result.record_linear_solve(iterations, True)
                 return "negative_curvature" if iterations == 1 else None
             alpha = rr / curvature
             axpy_into(d, d, alpha, p)
@@ -760,7 +782,7 @@ class NewtonCGSolver(_Driver):
                 break
             lincomb_into(p, 1.0, r, rr_new / rr, p)
             rr = rr_new
-        result._linear_solve(iterations, stopped)
+        result.record_linear_solve(iterations, stopped)
         return None
 
 
@@ -903,5 +925,7 @@ class GradientDescentSolver(_Driver):
         scale_into(self._buf("d"), -1.0, g)
         return None
 
-    def _max_step(self) -> float:
+    @property
+    def first_step(self) -> float:
+        """The line search's first trial step: ``step``."""
         return self.step
