@@ -175,11 +175,15 @@ class Problem:
         """Add the term ``weight * sum_j energy(j, x[elements[j, 0]], ..., data)``.
 
         Args:
-            elements: int array (m, valence) of variable indices (numpy, list or ``wp.array2d``).
+            elements: int array (m, valence) of variable indices (numpy, list or ``wp.array2d``). The term keeps its
+                own read-only copy, so changing the array afterwards changes neither the term nor the Hessian
+                pattern built from it.
             energy: ``@wp.func`` taking the element index, then ``valence`` variables (each a
                 ``vec{variable_dim}``, or a scalar when ``variable_dim == 1``), then ``data`` if
                 given; returns a scalar. Written with ordinary operators and ``ad.*``.
-            data: a ``@wp.struct`` instance passed to every call, or None.
+            data: a ``@wp.struct`` instance passed to every call, or None. It is kept by reference and read at every
+                evaluation (energy, gradient and Hessian alike): changing its fields or array contents between
+                evaluations changes the energy (as :meth:`set_parameters` does); it never enters the pattern.
             weight: scalar factor of the term.
             name: label used in messages and kernel names (default: the energy's name).
             parameters: names of data fields that are parameters theta (see :meth:`eval_parameter_derivatives`
@@ -221,10 +225,12 @@ class Problem:
         or area) that it reads from ``data`` itself, as the built-in F-energies (``stable_neo_hookean_F``, ...) do.
 
         Args:
-            elements: int array (m, valence) of variable indices (tets: ``TetMesh.tets``; triangles: faces).
+            elements: int array (m, valence) of variable indices (tets: ``TetMesh.tets``; triangles: faces); the
+                term keeps its own read-only copy, as :meth:`add_term` does.
             energy: ``@wp.func`` taking the element index, F (as above), then ``data`` if given; returns a scalar.
             rest_inverse: D_m^-1 per element: a ``wp.array`` of shape [m] of ``mat33`` (tets) or ``mat22``
-                (triangles) of the problem's dtype on its device, or a numpy array (m, c, c) (uploaded). From
+                (triangles) of the problem's dtype on its device (read at every evaluation, like ``data``), or a
+                numpy array (m, c, c) (uploaded: a copy). From
                 ``TetMesh.rest_matrix_inverses()`` / ``TriMesh.face_rest_frame_inverses()``.
             data, weight, name: as in :meth:`add_term` (no ``parameters``: deformation terms have no parameter
                 derivatives yet).

@@ -23,7 +23,8 @@ class Term:
 
     Attributes:
         index: position in ``Problem.terms``.
-        elements_np: (m, valence) int32 numpy elements (None for an interaction term: no host copy).
+        elements_np: (m, valence) int32 numpy elements, the term's own read-only copy (None for an interaction term:
+            no host copy).
         elements: (m, valence) int32 device array (an interaction term's buffer of ``capacity`` rows).
         energy: the user's ``@wp.func``; ``info`` its :class:`~warp_meshad._src.codegen.energy_rewrite` description.
         data, data_type: the data struct instance and its type, or None.
@@ -157,7 +158,10 @@ def make_term(
     dtype = facts.dtype
     argname = "residual" if residual else "energy"
     info = describe_energy(energy, f"{what}({argname}=...)")
-    el = check_elements(elements, variable_count, what)
+    # the term's own frozen copy: the device elements (f, g) and the Hessian pattern (built later) come from it, so a
+    # caller that changes its array afterwards changes neither
+    el = np.array(check_elements(elements, variable_count, what), dtype=np.int32, order="C", copy=True)
+    el.flags.writeable = False
     valence = el.shape[1]
     fs = None if rest_inverse is None else deformation_shape(valence, facts.variable_dim, what)
     nvars = valence if fs is None else (1 if fs.square else fs.cols)
