@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import pathlib
 import re
+import reprlib
 import types
 import typing
 from typing import ClassVar, Literal, Optional, Union
@@ -23,18 +24,55 @@ from warp_meshad._src.solve.device_loop import DeviceLoop
 from warp_meshad._src.solve.linear import LINEAR_SOLVER_NAMES
 
 __all__ = ["AppConfig", "ConfigError", "ConfigModel", "GridConfig", "apply_overrides", "check_config",
-           "finish_config", "key_origin"]
+           "finish_config", "key_origin", "shown"]
+
+SHOWN_CHARS = 200  # at most this many characters of one value in a message
+MESSAGE_CHARS = 2000  # and of a whole ConfigError message
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = SHOWN_CHARS
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = _REPR.maxfrozenset = _REPR.maxdeque = 20
+_REPR.maxlevel = 4
+
+
+def shown(value, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` for a message, at most ``limit`` characters (a long one ends in ``...``), built without the
+    whole repr of a large or deeply nested value (``reprlib``: 20 items per container, 4 levels)."""
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[: max(limit - 3, 1)] + "..."
+
+
+_LONG_RUN = re.compile(r"\S{%d,}" % (SHOWN_CHARS + 1))
+_LONG_LIST = re.compile(r"\[[^\[\]]{%d,}\]" % (SHOWN_CHARS + 1))
+
+
+def _bounded(text: str) -> str:
+    """A message with every run of more than SHOWN_CHARS characters without spaces, and every flat list in square
+    brackets longer than that, cut in the middle; at most MESSAGE_CHARS in all (a safety net for values an app
+    formats into its own messages)."""
+    if len(text) <= SHOWN_CHARS:
+        return text
+    half = SHOWN_CHARS // 2 - 10
+
+    def cut(m):
+        t = m.group(0)
+        return f"{t[:half]} ...[{len(t) - 2 * half} characters]... {t[-half:]}"
+
+    text = _LONG_RUN.sub(cut, text)
+    text = _LONG_LIST.sub(cut, text)
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
 
 
 class ConfigError(ValueError):
-    """A bad app config: the message names the file (or flag) and the key."""
+    """A bad app config: the message names the file (or flag) and the key. A value quoted in it shows at most about
+    :data:`SHOWN_CHARS` characters, the whole message at most :data:`MESSAGE_CHARS`."""
 
     def __init__(self, where: str, key: str | None, message: str):
-        self.where = str(where)
+        self.where = _bounded(str(where))
         self.key = key
-        self.detail = message
+        self.detail = _bounded(message)
         prefix = f"{self.where}: key '{key}'" if key else self.where
-        super().__init__(f"{prefix}: {message}")
+        super().__init__(_bounded(f"{prefix}: {self.detail}"))
 
     def __reduce__(self):  # rebuilt from its parts in another process (a prefetching build, a Ray worker)
         return type(self), (self.where, self.key, self.detail)
@@ -180,7 +218,7 @@ class AppConfig(ConfigModel):
             errors.append(("deterministic", f"expected false (the {self.app or 'app'} app's contact terms have no "
                                             "deterministic assembly), got true"))
         if self.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
-            errors.append(("device", f"expected 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"))
+            errors.append(("device", f"expected 'cpu', 'cuda' or 'cuda:N', got {shown(self.device)}"))
         return errors
 
     def device_loop_option(self, device, poll: bool = True) -> bool | DeviceLoop:
@@ -286,8 +324,7 @@ def _config_error(exc: ValidationError, config: ConfigModel, where: str, prefix:
             tp = _item_type(tp, int(part))
             key = f"{key}[{part}]"
     value = err["input"]
-    shown = repr(value) if len(repr(value)) < 60 else repr(value)[:57] + "..."
-    return ConfigError(where, key, f"expected {_type_name(tp)}, got {type(value).__name__} {shown}")
+    return ConfigError(where, key, f"expected {_type_name(tp)}, got {type(value).__name__} {shown(value, 60)}")
 
 
 def _merged(model: ConfigModel, mapping: dict) -> dict:
@@ -350,8 +387,8 @@ def finish_config(config: AppConfig) -> AppConfig:
         if mp.suffix.lower() not in config.mesh_suffixes:
             kinds = " or ".join(repr(g) for g in config.mesh_generators)
             files = "/".join(config.mesh_suffixes)
-            raise ConfigError(where, "mesh", f"expected {kinds} or an {files} file, got {config.mesh!r}")
+            raise ConfigError(where, "mesh", f"expected {kinds} or an {files} file, got {shown(config.mesh)}")
         if not mp.is_file():
-            raise ConfigError(where, "mesh", f"mesh file not found: {config.mesh!r} (resolved to {mp})")
+            raise ConfigError(where, "mesh", f"mesh file not found: {shown(config.mesh)} (resolved to {mp})")
         config = config.model_copy(update={"mesh": str(mp.resolve())})
     return config

@@ -4,6 +4,10 @@ Overrides apply in this order: the config class's defaults, the YAML file, the f
 ``test=True``: the small size the test suite runs), ``--set key=value`` pairs (dotted keys reach nested fields), then
 the command-line flags (``--device``, ``--steps``, ``--output``). A mesh path in a file is relative to the file's
 folder; one given with ``--set`` is relative to the current folder. pyyaml is imported only here, when used.
+
+YAML aliases are bounded: a document whose aliases (``*name``) would expand it to more than
+:data:`MAX_EXPANDED_VALUES` values, or that refers to itself, is refused from its node graph, before any Python value
+is built (a 500-byte "billion laughs" file of 8 levels otherwise costs seconds and hundreds of MB).
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ from warp_meshad._src.app.config import (
     check_config,
     finish_config,
     key_origin,
+    shown,
 )
 from warp_meshad._src.app.registry import app_class, available_apps, configs_root
 
-__all__ = ["load_config", "parse_set"]
+__all__ = ["MAX_EXPANDED_VALUES", "load_config", "parse_set"]
+
+MAX_EXPANDED_VALUES = 100_000  # values (scalars, lists, mappings) of a config once its aliases are expanded
 
 
 def parse_set(items) -> dict:
@@ -62,8 +69,49 @@ _FLOAT = (  # YAML 1.2 floats, exponent without a dot included
 _LOADER = None
 
 
+class _TooLarge(Exception):
+    """The document's aliases expand it beyond the bound (or it refers to itself): the message says which."""
+
+
+def _expanded_size(root, limit: int) -> int:
+    """Values in the document under node ``root`` with every alias expanded (a composed node reached through n
+    aliases counts n times), computed on the node graph without expanding it; raises :class:`_TooLarge` past
+    ``limit`` or for a node that contains itself."""
+    def children(node):
+        if isinstance(node.value, list):
+            for item in node.value:
+                yield from (item if isinstance(item, tuple) else (item,))
+
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, closing = stack.pop()
+        key = id(node)
+        if closing:
+            open_nodes.discard(key)
+            sizes[key] = min(1 + sum(sizes[id(c)] for c in children(node)), limit + 1)
+            continue
+        if key in sizes:
+            continue
+        if key in open_nodes:
+            raise _TooLarge("an alias refers to a node that contains it (a recursive document)")
+        open_nodes.add(key)
+        stack.append((node, True))
+        for c in children(node):
+            if id(c) in open_nodes:
+                raise _TooLarge("an alias refers to a node that contains it (a recursive document)")
+            if id(c) not in sizes:
+                stack.append((c, False))
+    total = sizes[id(root)]
+    if total > limit:
+        raise _TooLarge(f"its aliases (*name) expand it to more than {limit:,} values")
+    return total
+
+
 def _load_yaml(text: str):
-    """``yaml.safe_load`` that also reads ``1e-3`` as a number (YAML 1.1, PyYAML's default, wants ``1.0e-3``)."""
+    """``yaml.safe_load`` that also reads ``1e-3`` as a number (YAML 1.1, PyYAML's default, wants ``1.0e-3``) and
+    refuses documents whose aliases expand beyond :data:`MAX_EXPANDED_VALUES` values (:class:`_TooLarge`)."""
     global _LOADER
     yaml = _yaml()
     if _LOADER is None:
@@ -74,7 +122,22 @@ def _load_yaml(text: str):
         Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
         Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(_FLOAT), list("-+0123456789."))
         _LOADER = Loader
-    return yaml.load(text, Loader=_LOADER)
+    loader = _LOADER(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise _TooLarge("it is nested too deeply") from None
+        if node is None:
+            return None
+        _expanded_size(node, MAX_EXPANDED_VALUES)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _refused(why: str) -> str:
+    return f"refused unread: {why}; a config is a small mapping (write its values out, with fewer aliases)"
 
 
 def _yaml_value(text: str, key: str):
@@ -82,7 +145,9 @@ def _yaml_value(text: str, key: str):
     try:
         return _load_yaml(text) if text.strip() else ""
     except yaml.YAMLError as exc:
-        raise ConfigError("--set", key, f"cannot parse value {text!r}: {exc}") from None
+        raise ConfigError("--set", key, f"cannot parse value {shown(text)}: {exc}") from None
+    except _TooLarge as exc:
+        raise ConfigError("--set", key, f"value {shown(text)} {_refused(str(exc))}") from None
 
 
 def _resolve_config_path(path) -> pathlib.Path:
@@ -122,6 +187,8 @@ def load_config(path, overrides: dict | None = None, test: bool = False, flags: 
     except yaml.YAMLError as exc:
         raise ConfigError(where, None, f"not valid YAML (only plain data is accepted; tags that build objects are "
                                        f"refused): {exc}") from None
+    except _TooLarge as exc:
+        raise ConfigError(where, None, _refused(str(exc))) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -130,7 +197,7 @@ def load_config(path, overrides: dict | None = None, test: bool = False, flags: 
         raise ConfigError(where, "app", f"missing: name the app (one of {', '.join(available_apps())})")
     name = data["app"]
     if not isinstance(name, str):
-        raise ConfigError(where, "app", f"expected a string, got {type(name).__name__} {name!r}")
+        raise ConfigError(where, "app", f"expected a string, got {type(name).__name__} {shown(name)}")
     cls = app_class(name, where)
     config = cls.config_class(app=name, scene=p.stem, source=str(p.resolve()))
     config = apply_overrides(config, dict(data), where)
