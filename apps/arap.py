@@ -187,6 +187,8 @@ class App(_AppBase):
         super().__init__(config, prepared)
         c = self.config
         mesh = self.mesh
+        if c.weights != "uniform":
+            self.require_nondegenerate(faces="the cotangent weights divide by twice each face's area")
         dev = self.device
         n = mesh.vertex_count
         if any(i >= n for i in c.fixed_vertices):

@@ -145,6 +145,8 @@ class App(_AppBase):
     def __init__(self, config: ClothConfig, prepared: dict | None = None):
         super().__init__(config, prepared)
         c = self.config
+        self.require_nondegenerate(faces="the vertex masses are lumped from the face areas",
+                                   edges="a spring's force acts along its edge")
         if any(i >= self.mesh.vertex_count for i in c.pinned_vertices):
             raise ConfigError(c.origin("pinned_vertices"), "pinned_vertices",
                               f"indices must be < vertex_count {self.mesh.vertex_count}, got {c.pinned_vertices}")

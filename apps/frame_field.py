@@ -257,9 +257,7 @@ class App(_AppBase):
         if mesh.interior_edges.size == 0:
             raise ConfigError(c.origin("mesh"), "mesh",
                               f"{mesh.source} has no interior edge: nothing couples its faces")
-        if (mesh.face_areas() <= 0.0).any():
-            raise ConfigError(c.origin("mesh"), "mesh",
-                              f"{mesh.source} has zero-area faces: their frames are undefined")
+        self.require_nondegenerate(faces="a face's tangent frame is undefined without area")
         dev = self.device
         t0 = time.perf_counter()
         self.frames = face_frames(mesh)

@@ -214,6 +214,7 @@ class App(_AppBase):
         super().__init__(config, prepared)
         c = self.config
         mesh = self.mesh
+        self.require_nondegenerate(faces="the area distortion it reports divides by each face's rest area")
         if c.cut_vertex >= mesh.vertex_count:
             raise ConfigError(c.origin("cut_vertex"), "cut_vertex",
                               f"must be < vertex_count {mesh.vertex_count}, got {c.cut_vertex}")

@@ -173,6 +173,7 @@ class App(_AppBase):
         super().__init__(config, prepared)
         c = self.config
         mesh = self.mesh
+        self.require_nondegenerate(faces="the symmetric Dirichlet energy inverts each face's rest frame")
         dev = self.device
         self.total_area = mesh.total_area()
         self.rest_inverse = mesh.face_rest_frame_inverses()

@@ -188,6 +188,7 @@ class App(_AppBase):
     def __init__(self, config: ShellsConfig, prepared: dict | None = None):
         super().__init__(config, prepared)
         c = self.config
+        self.require_nondegenerate(faces="the membrane inverts each face's rest frame; bending needs face normals")
         dev = self.device
         self.single = self.mesh
         x0, faces, self.object_id = _instances(self.single, c)
@@ -356,7 +357,8 @@ class App(_AppBase):
             assert drop.min() > 0.0, f"shells: object {int(drop.argmin())} did not fall (moved {-drop.min():.3e} m up)"
 
     def extra_metrics(self) -> dict:
-        phases = {k: sum(r["phase_ms"][k] for r in self.history) for k in PHASES}
+        totals = self.history.total("phase_ms", {})
+        phases = {k: totals.get(k, 0.0) for k in PHASES}
         total = sum(phases.values())
         return {
             "objects": self.count,

@@ -78,6 +78,8 @@ class App(_AppBase):
         super().__init__(config, prepared)
         c = self.config
         mesh = self.mesh
+        if c.energy == "area":
+            self.require_nondegenerate(faces="the area energy's gradient is each face's unit normal")
         self.problem = wm.Problem(mesh.vertex_count, 3, wp.float64, self.device, deterministic=c.deterministic)
         if c.energy == "area":
             self.problem.add_term(mesh.faces, surface_area, name="area")

@@ -434,7 +434,8 @@ def test_screenshot_runs_the_other_outputs_while_its_child_renders(tmp_path):
 
 def test_a_failing_screenshot_still_leaves_the_mesh_and_the_plot(tmp_path, monkeypatch):
     """The mesh and the plot are written while the screenshot renders; a screenshot that fails before its child
-    starts (here: the scene cannot be read from the app) does not take them along."""
+    starts (here: the scene cannot be read from the app) does not take them along: the run's outputs are complete
+    without it (manifest included) and the run says why it is missing."""
     pytest.importorskip("polyscope", reason="polyscope (the viewer extra) is not installed")
     from warp_meshad._src.app import runner
 
@@ -444,9 +445,11 @@ def test_a_failing_screenshot_still_leaves_the_mesh_and_the_plot(tmp_path, monke
     monkeypatch.setattr(appmod.app_class("cloth"), "quantities", broken)
     config = load_config(ROOT / "configs" / "cloth" / "hanging.yaml", test=True,
                          overrides={"device": "cpu", "output": str(tmp_path), "screenshot": True})
-    with pytest.raises(RuntimeError, match="no scene"):
-        runner.run_app(config, quiet=True)
-    assert {p.name for p in tmp_path.iterdir()} >= {"final.obj", "convergence.png"}
+    report = runner.run_app(config, quiet=True)
+    assert "screenshot.png skipped: RuntimeError: no scene" in report.messages
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["convergence.png", "final.obj", "manifest.json",
+                                                          "metrics.json"]
+    assert appmod.verify_outputs(tmp_path, ["final.obj", "metrics.json"])[1] == ""
 
 
 def test_screenshot_child_does_not_import_warp(tmp_path, monkeypatch):

@@ -1,11 +1,11 @@
 """Command line: run the apps from YAML configs.
 
-    warp-meshad run [CONFIG] [--device DEV] [--steps N] [--output DIR] [--set KEY=VALUE ...]
+    warp-meshad run [CONFIG] [--device DEV] [--steps N] [--output DIR] [--wait] [--set KEY=VALUE ...]
                     [--test] [--headless | --viewer] [--quiet] [--verbose]
     warp-meshad warmup [CONFIG] [--device DEV] [--set KEY=VALUE ...] [--test] [--quiet] [--verbose]
     warp-meshad batch [CONFIG] --meshes DIR|GLOB|LIST.txt --output DIR [--workers N] [--address ADDR]
                       [--batch-size B] [--one-at-a-time] [--build-jobs J] [--device DEV] [--set KEY=VALUE ...]
-                      [--test] [--screenshots] [--quiet]
+                      [--test] [--screenshots] [--wait] [--quiet]
     warp-meshad list
 
 CONFIG is a YAML file or a name under configs/ such as ``cloth/hanging`` (the default). ``python -m warp_meshad`` is
@@ -13,6 +13,11 @@ the same command. ``warmup`` builds the scene and takes one short step without w
 compiles and caches the kernels a run of it uses (a cold start compiles each module once: seconds per module).
 ``batch`` runs CONFIG on every mesh of a dataset (one output folder each, ``summary.csv`` and ``summary.png``),
 resuming where an earlier batch stopped; ``--workers N`` (N > 1) or ``--address`` run it on Ray.
+
+A run's outputs appear together, with ``manifest.json`` (sizes and hashes) last, or not at all; one process writes to
+an output folder at a time (``--wait`` waits for the other one). SIGINT (Ctrl-C) and SIGTERM end a run or a batch
+with one line saying what was finished and how to resume, exit status 130 / 143, and no output written after the
+signal.
 """
 
 from __future__ import annotations
@@ -75,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--steps", type=int, help="number of steps (overrides the config)")
     run.add_argument("--output", metavar="DIR",
                      help="output folder (default: output/<app>_<scene>, output/<app>_<scene>_test with --test)")
+    for p in (run, batch):
+        p.add_argument("--wait", action="store_true",
+                       help="when another warp-meshad process writes to the output folder, wait for it to finish "
+                            "(default: refuse at once, naming its PID)")
     view = run.add_mutually_exclusive_group()
     view.add_argument("--viewer", action="store_true", help="open the interactive Polyscope viewer")
     view.add_argument("--headless", action="store_true", help="no viewer, even if the config asks for one")
@@ -121,7 +130,7 @@ def _run(args) -> int:
 
     config = _config(args)
     viewer = True if args.viewer else (False if args.headless else None)
-    run(config, quiet=args.quiet, viewer=viewer)
+    run(config, quiet=args.quiet, viewer=viewer, wait=args.wait)
     return 0
 
 
@@ -132,7 +141,8 @@ def _batch(args) -> int:
     config = load_config(args.config, overrides=parse_set(args.overrides), test=args.test, flags=flags)
     report = run_batch(config, args.meshes, args.output, workers=args.workers, address=args.address,
                        batch_size=args.batch_size, screenshots=args.screenshots, quiet=args.quiet,
-                       verbose=args.verbose, batched=not args.one_at_a_time, build_jobs=args.build_jobs)
+                       verbose=args.verbose, batched=not args.one_at_a_time, build_jobs=args.build_jobs,
+                       wait=args.wait)
     return 0 if report.ok else 1
 
 
@@ -143,19 +153,41 @@ def _warmup(args) -> int:
     return 0
 
 
+def _say(text: str) -> None:
+    """One line on stderr (on a terminal, first clearing the line where the progress bar may stand)."""
+    clear = "\r\x1b[K" if getattr(sys.stderr, "isatty", lambda: False)() else ""
+    print(f"{clear}warp-meshad: {text}", file=sys.stderr, flush=True)
+
+
 def main(argv=None) -> int:
     """Entry point of ``warp-meshad`` and ``python -m warp_meshad``; returns the exit status.
 
     Exit status: 0 on success, 2 for a bad command line, config, mesh or output folder (the message names the file
-    and the key; no traceback), 1 when ``check_final`` fails.
+    and the key; no traceback), for an output folder another process writes to, and for an output that could not be
+    written (a full disk: the message names the file and the cause); 1 when ``check_final`` fails; 130 / 143 when
+    SIGINT / SIGTERM ended it (one line: what was finished, what was not, how to resume).
     """
     args = build_parser().parse_args(argv)
+    from warp_meshad._src.app.interrupts import Interrupted, handling_signals
+
+    try:
+        with handling_signals():
+            return _main(args)
+    except KeyboardInterrupt as exc:  # Interrupted, or a Ctrl-C before the handlers were in place
+        stop = Interrupted.of(exc)
+        if not stop.what:
+            stop = Interrupted(stop.signum, f"{args.command} stopped before it started its work; nothing written")
+        _say(stop.message)
+        return stop.exit_status
+
+
+def _main(args) -> int:
     import warp as wp
 
     if not getattr(args, "verbose", False):
         wp.config.log_level = wp.LOG_WARNING  # before Warp initializes: no banner, no module-load lines
     from warp_meshad import MeshError
-    from warp_meshad.app import ConfigError, ViewerError
+    from warp_meshad.app import ConfigError, OutputWriteError, ViewerError
 
     try:
         if args.command == "list":
@@ -165,16 +197,16 @@ def main(argv=None) -> int:
         if args.command == "batch":
             return _batch(args)
         return _run(args)
-    except (ConfigError, MeshError, ViewerError) as exc:  # the input's fault: say what, without a traceback
-        print(f"warp-meshad: error: {exc}", file=sys.stderr)
+    except (ConfigError, MeshError, ViewerError, OutputWriteError) as exc:  # the input's or the disk's fault: say
+        _say(f"error: {exc}")                                                 # what, without a traceback
         return 2
     except AssertionError as exc:
-        print(f"warp-meshad: check_final failed: {exc}", file=sys.stderr)
+        _say(f"check_final failed: {exc}")
         return 1
     except ImportError as exc:
         if "pip install" not in str(exc):  # a missing optional extra: say which; anything else is a bug
             raise
-        print(f"warp-meshad: error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}")
         return 2
 
 

@@ -14,6 +14,11 @@ mesh file is a :class:`ConfigError` naming the file and the key::
     app.run_batch(config, "assets/datasets/param_patches_small", "output/patches")  # every mesh of a dataset
     app.step_batched(apps)              # the steps of many apps of one scene as batched solves (ProblemBatch)
 
+A run writes its outputs as one unit (``manifest.json`` last: :func:`verify_outputs` checks a folder against it),
+holds its output folder's lock (a second writer gets :class:`FolderBusy`), ends on SIGINT / SIGTERM with
+:class:`Interrupted` (what was finished and how to resume) and on a failed write with :class:`OutputWriteError`; an
+app's :class:`StepHistory` stays bounded over long runs.
+
 Importing this module imports pydantic and tqdm; pyyaml, matplotlib and polyscope only when used; ray only when a
 batch runs on it.
 """
@@ -21,7 +26,11 @@ batch runs on it.
 from warp_meshad._src.app.base import App, BatchStepParts, resolve_device
 from warp_meshad._src.app.batch import SUMMARY_COLUMNS, BatchReport, find_meshes, run_batch, start_ray
 from warp_meshad._src.app.config import AppConfig, ConfigError, ConfigModel, GridConfig
+from warp_meshad._src.app.folder_lock import FolderBusy
+from warp_meshad._src.app.history import StepHistory
+from warp_meshad._src.app.interrupts import Interrupted
 from warp_meshad._src.app.loader import load_config, parse_set
+from warp_meshad._src.app.output_set import OutputWriteError, verify_outputs
 from warp_meshad._src.app.outputs import check_output_folder, output_folder
 from warp_meshad._src.app.prefetch import Prefetch
 from warp_meshad._src.app.registry import DEFAULT_CONFIG, app_class, available_apps, available_configs, configs_root
@@ -40,9 +49,13 @@ __all__ = [
     "BatchStepParts",
     "ConfigError",
     "ConfigModel",
+    "FolderBusy",
     "GridConfig",
+    "Interrupted",
+    "OutputWriteError",
     "Prefetch",
     "RunReport",
+    "StepHistory",
     "ViewerError",
     "WarmupReport",
     "app_class",
@@ -59,5 +72,6 @@ __all__ = [
     "run_batch",
     "start_ray",
     "step_batched",
+    "verify_outputs",
     "warmup",
 ]

@@ -15,10 +15,12 @@ from typing import ClassVar
 import numpy as np
 
 from warp_meshad._src.app.config import AppConfig, ConfigError, finish_config
+from warp_meshad._src.app.history import DEFAULT_CAPACITY, StepHistory
+from warp_meshad._src.mesh.checks import check_nondegenerate
 from warp_meshad._src.mesh.trimesh import MeshError, TriMesh
 from warp_meshad._src.plural import plural
 
-__all__ = ["App", "BatchStepParts", "resolve_device"]
+__all__ = ["App", "BatchStepParts", "resolve_device", "step_problem"]
 
 
 @dataclass
@@ -77,6 +79,26 @@ def _read_mesh(c: AppConfig) -> TriMesh:
         raise ConfigError(c.origin("mesh"), "mesh", str(exc)) from None
 
 
+def step_problem(rec: dict) -> str | None:
+    """What is wrong with one step's record for :meth:`App.check_final`, or None: a solve that stopped on
+    ``non_finite_*`` before its first iteration, a non-finite energy, or an energy that rose over the step."""
+    reason = str(rec.get("reason", ""))
+    if reason.startswith("non_finite") and rec.get("iterations", 0) == 0:
+        what = reason.removeprefix("non_finite_")
+        return (f"step {rec['step']}: the solve stopped before its first iteration ({reason}: the {what} at the "
+                f"start point is NaN or infinite; a degenerate mesh or start point gives that)")
+    e = rec["energies"]
+    if not e:
+        return f"step {rec['step']}: no energy recorded"
+    bad = next((k for k, v in enumerate(e) if not math.isfinite(v)), None)
+    if bad is not None:
+        return f"step {rec['step']}: non-finite energy {e[bad]} at iteration {bad}"
+    tol = 1e-10 * max(1.0, abs(e[0]))
+    if e[-1] > e[0] + tol:
+        return f"step {rec['step']}: energy rose from {e[0]} to {e[-1]}"
+    return None
+
+
 class App:
     """Base class of the apps: a typed config in, ``step()`` / ``run()`` / ``check_final()``, and what the runner and
     the viewer read.
@@ -91,14 +113,18 @@ class App:
         dtype: ``wp.float64`` or ``wp.float32``.
         mesh: the input :class:`~warp_meshad.TriMesh` (topology and rest shape).
         prepared: what :meth:`prepare` gave this app (empty when it built everything itself).
-        history: one record per step: ``{"step", "iterations", "energies", "gradient_norms", "time_ms", "reason",
-            "converged", "steepest_descent_fallbacks", "fallback_reasons", "linear_solves_capped"}``.
+        history: the step records (:class:`~warp_meshad._src.app.history.StepHistory`, a list): one per step,
+            ``{"step", "iterations", "energies", "gradient_norms", "time_ms", "reason", "converged",
+            "steepest_descent_fallbacks", "fallback_reasons", "linear_solves_capped"}``; a run of more than
+            ``history_capacity + 1`` steps keeps the first and the latest ``history_capacity`` of them, and
+            ``history.total(key)`` sums a field over every step. Assigning a list replaces it.
         steps_done: number of steps taken.
     """
 
     name: ClassVar[str] = ""
     config_class: ClassVar[type[AppConfig]] = AppConfig
     continuous_objective: ClassVar[bool] = False  # True: every step continues one minimization (not time steps)
+    history_capacity: ClassVar[int] = DEFAULT_CAPACITY  # latest step records kept in memory besides the first
 
     def __init__(self, config: AppConfig, prepared: dict | None = None):
         import warp as wp
@@ -107,10 +133,19 @@ class App:
         self.config = config
         self.device, self.device_reason = resolve_device(config.device, config.origin("device"))
         self.dtype = wp.float64 if config.dtype == "float64" else wp.float32
-        self.history: list[dict] = []
+        self.history = []
         self.steps_done = 0
         self.prepared = dict(prepared or {})
         self.mesh = self.prepared["mesh"] if "mesh" in self.prepared else self.load_mesh()
+
+    @property
+    def history(self) -> StepHistory:
+        """The step records (see the class's attributes)."""
+        return self._history
+
+    @history.setter
+    def history(self, records) -> None:
+        self._history = StepHistory(records, capacity=self.history_capacity, check=step_problem)
 
     @classmethod
     def _checked_config(cls, config: AppConfig) -> AppConfig:
@@ -151,6 +186,23 @@ class App:
                 unreadable mesh, NaN coordinates, unreferenced vertices, ...).
         """
         return _read_mesh(self.config)
+
+    def require_nondegenerate(self, faces: str | None = None, edges: str | None = None) -> None:
+        """Refuse the mesh before the app runs when its energies cannot take it: zero-length edges (with ``edges``:
+        why they are needed; checked first, as coincident vertices give both) or zero-area faces (with ``faces``), by
+        :func:`~warp_meshad._src.mesh.checks.check_nondegenerate`'s rule.
+
+        Raises:
+            ConfigError: key ``mesh``, naming the first offending edges or faces and what was expected.
+        """
+        m = self.mesh
+        try:
+            if edges:
+                check_nondegenerate(m.source, m.vertices, edges=m.edges, needs=edges)
+            if faces:
+                check_nondegenerate(m.source, m.vertices, faces=m.faces, needs=faces)
+        except MeshError as exc:
+            raise ConfigError(self.config.origin("mesh"), "mesh", str(exc)) from None
 
     def record(self, result, **extra) -> dict:
         """Append a :class:`~warp_meshad.SolveResult` to :attr:`history` as one step; return the record."""
@@ -198,15 +250,14 @@ class App:
         raise NotImplementedError(f"{type(self).__name__}: batch_step_parts() is given but finish_batch_step() is not")
 
     def check_final(self) -> None:
-        """Assert the result is sane. The base checks: finite positions, finite energies, each step's solve did not
-        increase its energy. Apps add their own checks."""
+        """Assert the result is sane. The base checks: finite positions, and for every step (:func:`step_problem`)
+        finite energies, a solve that did not increase its energy and one that took its first iteration (a solve
+        that stops at once on ``non_finite_*`` read NaN or inf at its start point). Apps add their own checks."""
         x = self.positions()
         assert np.all(np.isfinite(x)), f"{self.name}: {int(np.sum(~np.isfinite(x)))} non-finite coordinates"
-        for rec in self.history:
-            e = rec["energies"]
-            assert e and all(math.isfinite(v) for v in e), f"{self.name}: step {rec['step']}: non-finite energy {e}"
-            tol = 1e-10 * max(1.0, abs(e[0]))
-            assert e[-1] <= e[0] + tol, f"{self.name}: step {rec['step']}: energy rose from {e[0]} to {e[-1]}"
+        problems = [self.history.dropped_problem] + [step_problem(rec) for rec in self.history]
+        first = next((p for p in problems if p is not None), None)
+        assert first is None, f"{self.name}: {first}"
 
     def positions(self) -> np.ndarray:
         """Current vertex positions, float64 numpy (vertex_count, 3)."""

@@ -3,8 +3,14 @@
 Each mesh is one run of the scene's config with ``mesh`` set to the file and ``output`` to ``<output>/<name>/``,
 through the same :func:`~warp_meshad._src.app.runner.run_app` that ``warp-meshad run`` uses (final mesh,
 ``metrics.json``, ``convergence.png``; ``screenshot.png`` only when asked). The batch writes ``summary.csv`` (one row
-per mesh: :data:`SUMMARY_COLUMNS`) and ``summary.png``. A mesh whose folder already holds its final mesh and
-``metrics.json`` (written last, atomically) is not run again, so an interrupted batch resumes where it stopped. A bad
+per mesh: :data:`SUMMARY_COLUMNS`, rewritten after every chunk) and ``summary.png``. A mesh whose folder is complete
+(its ``manifest.json`` lists the final mesh and ``metrics.json``, and every listed file has the listed size and hash:
+:func:`~warp_meshad._src.app.output_set.verify_outputs`) is not run again, so an interrupted batch resumes where it
+stopped, and a mesh whose outputs were damaged or removed since runs again. The batch holds the lock of its folder
+(and each run the lock of its mesh's folder), so a second batch into the same folder refuses. A signal ends the batch
+at once (:class:`~warp_meshad._src.app.interrupts.Interrupted`, saying how many meshes are finished): the mesh that
+was running writes nothing, and a rerun resumes. A full disk (any ``OSError`` writing an output) stops it with an
+:class:`~warp_meshad._src.app.output_set.OutputWriteError` naming the file. A bad
 mesh or a failed solve is recorded in its row (status ``error``, or ``failed`` when ``check_final`` failed) and the
 batch goes on; meshes with status ``error`` have no outputs and are tried again on a rerun. A failure that leaves the
 process unable to go on (a Ray worker that dies, a CUDA context lost to a sticky error such as an illegal memory
@@ -34,7 +40,11 @@ import time
 from dataclasses import dataclass, field
 
 from warp_meshad._src.app.config import AppConfig, ConfigError, finish_config
+from warp_meshad._src.app.folder_lock import FolderLock
+from warp_meshad._src.app.interrupts import Interrupted
+from warp_meshad._src.app.output_set import OutputWriteError, verify_outputs
 from warp_meshad._src.app.outputs import check_output_folder
+from warp_meshad._src.mesh.files import atomic_write
 from warp_meshad._src.app.prefetch import Prefetch, default_build_jobs
 from warp_meshad._src.app.progress import Progress, stderr_log
 from warp_meshad._src.plural import plural
@@ -133,15 +143,23 @@ def _items(meshes: list[pathlib.Path], output: pathlib.Path) -> list[dict]:
 
 
 def _complete(item: dict, mesh_format: str) -> dict | None:
-    """The metrics of a mesh whose outputs are complete (final mesh and metrics.json), else None."""
+    """The metrics of a mesh whose outputs are complete (:func:`_check_complete`), else None."""
+    return _check_complete(item, mesh_format)[0]
+
+
+def _check_complete(item: dict, mesh_format: str) -> tuple[dict | None, str]:
+    """``(metrics, "")`` of a mesh whose folder is complete: its manifest lists the final mesh and metrics.json and
+    matches every listed file; else ``(None, why)``."""
     folder = pathlib.Path(item["folder"])
-    metrics = folder / "metrics.json"
-    if not (metrics.is_file() and (folder / f"final.{mesh_format}").is_file()):
-        return None
+    if not folder.is_dir():
+        return None, "not run yet"
+    manifest, why = verify_outputs(folder, required=(f"final.{mesh_format}", "metrics.json"))
+    if manifest is None:
+        return None, why
     try:
-        return json.loads(metrics.read_text())
-    except (OSError, ValueError):  # unreadable: run it again
-        return None
+        return json.loads((folder / "metrics.json").read_text()), ""
+    except (OSError, ValueError):  # changed after the check: run it again
+        return None, "metrics.json is unreadable"
 
 
 def _row(item: dict, metrics: dict | None = None, error: str = "", seconds: float | None = None,
@@ -221,7 +239,8 @@ def run_chunk(config: AppConfig, items: list[dict], on_row=None, batched: bool =
     together (:func:`~warp_meshad._src.app.runner.run_apps_batched`: one :class:`~warp_meshad.ProblemBatch`, one
     launch per term for all meshes, one factorization of the block-diagonal system per iteration); otherwise each
     mesh is one :func:`~warp_meshad._src.app.runner.run_app` (quiet). Either way each mesh's error is caught into its
-    row (status ``error``); a ``check_final`` failure gives status ``failed`` with the outputs written. After a
+    row (status ``error``), except an :class:`OutputWriteError` (a full disk), which is raised; a ``check_final``
+    failure gives status ``failed`` with the outputs written. After a
     mesh's error the CUDA devices are checked: if the error left the context unusable, :class:`DeviceLost` is raised
     (with the rows so far) instead of running the next meshes into the same error.
 
@@ -253,6 +272,8 @@ def run_chunk(config: AppConfig, items: list[dict], on_row=None, batched: bool =
         try:
             outcome = runner.run_app(_mesh_config(config, item), quiet=True, check=True, plot=config.screenshot,
                                      prepared=prepared[k] if prepared else None)
+        except OutputWriteError:  # a full disk: the next meshes cannot write either
+            raise
         except Exception as exc:
             outcome = exc
         row = _outcome_row(item, outcome, config.mesh_format, time.perf_counter() - t0)
@@ -301,13 +322,16 @@ class _BatchWorker:
             wp.config.log_level = wp.LOG_WARNING
         self.config = _config_from_payload(payload)
 
-    def run(self, items: list[dict]) -> tuple[list[dict], str | None]:
-        """The chunk's rows, and None; or, when a mesh's failure lost the CUDA context, the rows up to it and why
-        (the driver then replaces this worker)."""
+    def run(self, items: list[dict]) -> tuple[list[dict], str | None, OutputWriteError | None]:
+        """The chunk's rows, None and None; or, when a mesh's failure lost the CUDA context, the rows up to it and why
+        (the driver then replaces this worker); or, when an output could not be written, no rows and the error (the
+        driver stops the batch with it)."""
         try:
-            return run_chunk(self.config, items, batched=self.batched), None
+            return run_chunk(self.config, items, batched=self.batched), None, None
         except DeviceLost as exc:
-            return exc.rows, str(exc)
+            return exc.rows, str(exc), None
+        except OutputWriteError as exc:
+            return [], None, exc
 
 
 def _import_ray():
@@ -366,9 +390,12 @@ def _run_ray(config: AppConfig, chunks: list[list[dict]], workers: int, address:
             for ref in done:
                 actor, chunk = pending.pop(ref)
                 try:
-                    rows, lost = ray.get(ref)
+                    rows, lost, write_error = ray.get(ref)
                 except ray.exceptions.RayError as exc:  # the worker died (a crash in native code, out of memory)
-                    rows, lost = [], f"the worker process died ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+                    rows, lost, write_error = [], f"the worker process died ({type(exc).__name__}: " \
+                                                  f"{str(exc).splitlines()[0]})", None
+                if write_error is not None:  # a full disk: stop (the meshes written so far are complete)
+                    raise write_error
                 if lost is not None:
                     log(f"Ray: a worker lost its device or died in a chunk of {plural(len(chunk), 'mesh', 'meshes')}; "
                         f"a new worker takes over: {lost}")
@@ -420,15 +447,30 @@ def _after_lost_worker(chunk: list[dict], rows: list[dict], why: str, mesh_forma
 # -- summary -----------------------------------------------------------------------------------------------------------
 
 
+def _write_atomic(path: pathlib.Path, write) -> None:
+    """``atomic_write`` (the temporary file removed on failure), an ``OSError`` raised as :class:`OutputWriteError`."""
+    try:
+        atomic_write(path, write)
+    except OSError as exc:
+        kept = f"the {path.name} written before is kept" if path.exists() else f"no {path.name} was written"
+        raise OutputWriteError(path, exc, path.parent, f"{kept} (no temporary file left); the meshes finished "
+                                                       "before keep their complete outputs") from None
+
+
 def write_summary_csv(path: pathlib.Path, rows: list[dict]) -> None:
-    """``summary.csv``: :data:`SUMMARY_COLUMNS`, one row per mesh."""
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=SUMMARY_COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in SUMMARY_COLUMNS})
-    os.replace(tmp, path)
+    """``summary.csv``: :data:`SUMMARY_COLUMNS`, one row per mesh, atomically.
+
+    Raises:
+        OutputWriteError: it could not be written (the earlier ``summary.csv`` is kept, no temporary file left).
+    """
+    def write(tmp):
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=SUMMARY_COLUMNS)
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in SUMMARY_COLUMNS})
+
+    _write_atomic(path, write)
 
 
 def write_summary_plot(path: pathlib.Path, rows: list[dict], title: str) -> bool:
@@ -485,10 +527,10 @@ def write_summary_plot(path: pathlib.Path, rows: list[dict], title: str) -> bool
     ax.set_title(f"status of {plural(len(rows), 'mesh', 'meshes')}")
     fig.suptitle(title)
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        _write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+    finally:
+        plt.close(fig)
     return True
 
 
@@ -497,7 +539,7 @@ def write_summary_plot(path: pathlib.Path, rows: list[dict], title: str) -> bool
 
 def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str | None = None, batch_size: int = 4,
               screenshots: bool = False, quiet: bool = False, verbose: bool = False, log=None,
-              batched: bool = True, build_jobs: int | None = None) -> BatchReport:
+              batched: bool = True, build_jobs: int | None = None, wait: bool = False) -> BatchReport:
     """Run ``config`` (a scene) on every mesh of ``meshes`` and write the per-mesh outputs and the summary.
 
     Args:
@@ -517,12 +559,16 @@ def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str 
             start point) while the device solves (:class:`~warp_meshad._src.app.prefetch.Prefetch`); None:
             :func:`~warp_meshad._src.app.prefetch.default_build_jobs`, at most one per 4 meshes to run; 0: none. Ray
             workers build their own.
+        wait: when another process holds the batch's folder, wait for it instead of refusing.
 
     Returns:
         :class:`BatchReport`.
 
     Raises:
-        ConfigError: bad ``meshes``, ``output``, ``workers`` or ``batch_size`` (nothing run).
+        ConfigError: bad ``meshes``, ``output``, ``workers`` or ``batch_size`` (nothing run); ``FolderBusy``: another
+            process writes to ``output``.
+        OutputWriteError: an output could not be written (a full disk); the meshes finished before stay complete.
+        Interrupted: SIGINT / SIGTERM (or Ctrl-C): how many meshes are finished; a rerun resumes.
         ImportError: Ray is needed (``workers > 1`` or ``address``) and not installed; the message says how.
     """
     if log is None:
@@ -538,19 +584,33 @@ def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str 
         _import_ray()  # before any work: say how to install it
     out = check_output_folder(output, "--output")
     paths = find_meshes(meshes)
+    with FolderLock(out, "--output", wait=wait, log=log):
+        return _run_batch_locked(config, paths, out, use_ray, workers, address, batch_size, screenshots, quiet, verbose,
+                                 log, batched, build_jobs)
+
+
+def _run_batch_locked(config, paths, out, use_ray, workers, address, batch_size, screenshots, quiet, verbose, log,
+                      batched, build_jobs) -> BatchReport:
+    """:func:`run_batch` once its folder is locked."""
     config = config.model_copy(update={"screenshot": bool(screenshots), "viewer": False})
     items = _items(paths, out)
     rows: dict[str, dict] = {}
     todo = []
+    damaged = []
     for item in items:
-        metrics = _complete(item, config.mesh_format)
+        metrics, why = _check_complete(item, config.mesh_format)
         if metrics is None:
             todo.append(item)
+            if pathlib.Path(item["folder"]).is_dir() and why != "no manifest.json":
+                damaged.append(f"{item['name']} ({why})")
         else:
             rows[item["name"]] = _row(item, metrics, ran="earlier")
     t0 = time.perf_counter()
     log(f"{config.app}/{config.scene}: {plural(len(items), 'mesh', 'meshes')}, {len(rows)} complete from an earlier "
         f"run, {len(todo)} to run {'on Ray' if use_ray else 'in this process'} -> {out}")
+    if damaged:
+        log(f"run again, their outputs do not match their manifest: {', '.join(damaged[:5])}"
+            + (f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""))
     summary = out / "summary.csv"
     progress = Progress(len(items), quiet=quiet, unit="mesh")
     progress.update(len(rows), "")
@@ -569,23 +629,32 @@ def run_batch(config: AppConfig, meshes, output, workers: int = 1, address: str 
     if use_ray:  # largest first (file size for mesh size): the last chunks to finish are the short ones
         todo = sorted(todo, key=lambda it: -os.path.getsize(it["mesh"]))
     chunks = _chunks(todo, batch_size)
-    if use_ray and chunks:
-        _run_ray(config, chunks, workers, address, on_rows, log, verbose, batched)
-    else:
-        jobs = build_jobs
-        if jobs is None:  # a spawned process starts in about a second: worth it from a few meshes per process
-            jobs = min(default_build_jobs(), len(todo) // 4)
-        with Prefetch([_mesh_config(config, it) for chunk in chunks for it in chunk], jobs) as ahead:
-            first = 0
-            try:
-                for chunk in chunks:
-                    prepared = [functools.partial(ahead.get, first + k) for k in range(len(chunk))]
-                    run_chunk(config, chunk, on_row=lambda r: on_rows([r]), batched=batched, prepared=prepared)
-                    first += len(chunk)
-            except DeviceLost as exc:  # nothing more runs in this process: say so in the rows of the rest
-                left = [it for it in todo if it["name"] not in rows]
-                log(f"{exc}; {plural(len(left), 'mesh', 'meshes')} not run: run the batch again to resume")
-                on_rows([_row(it, error=f"not run: {exc}; run the batch again to resume") for it in left])
+    try:
+        if use_ray and chunks:
+            _run_ray(config, chunks, workers, address, on_rows, log, verbose, batched)
+        else:
+            jobs = build_jobs
+            if jobs is None:  # a spawned process starts in about a second: worth it from a few meshes per process
+                jobs = min(default_build_jobs(), len(todo) // 4)
+            with Prefetch([_mesh_config(config, it) for chunk in chunks for it in chunk], jobs) as ahead:
+                first = 0
+                try:
+                    for chunk in chunks:
+                        prepared = [functools.partial(ahead.get, first + k) for k in range(len(chunk))]
+                        run_chunk(config, chunk, on_row=lambda r: on_rows([r]), batched=batched, prepared=prepared)
+                        first += len(chunk)
+                except DeviceLost as exc:  # nothing more runs in this process: say so in the rows of the rest
+                    left = [it for it in todo if it["name"] not in rows]
+                    log(f"{exc}; {plural(len(left), 'mesh', 'meshes')} not run: run the batch again to resume")
+                    on_rows([_row(it, error=f"not run: {exc}; run the batch again to resume") for it in left])
+    except KeyboardInterrupt as exc:
+        finished = sum(r["status"] != "error" for r in rows.values())  # their folders are complete
+        now = sum(r["status"] != "error" and r["ran"] == "now" for r in rows.values())
+        what = (f"{config.app}/{config.scene}: {finished} of {plural(len(items), 'mesh', 'meshes')} finished with "
+                f"complete outputs ({now} in this run, {finished - now} earlier), {len(items) - finished} not; "
+                f"{summary.name} lists those before the signal; run the same command again to resume (finished "
+                "meshes are skipped)")
+        raise Interrupted(Interrupted.of(exc).signum, what) from None
     final = ordered()
     write_summary_csv(summary, final)
     files = {"summary": summary}

@@ -61,16 +61,19 @@ def versions() -> dict:
 
 
 def build_metrics(app: App, times: dict, check: str) -> dict:
-    """The content of ``metrics.json`` (non-finite numbers become null)."""
+    """The content of ``metrics.json`` (non-finite numbers become null).
+
+    Totals (``iterations``, the solver's ``time_ms``, ...) cover every step; ``per_step``, ``energy`` and
+    ``gradient_norm`` the records the history kept (all of them unless the run took more than
+    ``App.history_capacity + 1`` steps: then the first and the latest, ``per_step_dropped`` counting the others)."""
     c = app.config
+    history = app.history
     energies, gnorms = [], []
-    phases: dict[str, float] = {}
-    for rec in app.history:
+    for rec in history:
         skip = 1 if app.continuous_objective and energies else 0
         energies.extend(rec["energies"][skip:])
         gnorms.extend(rec["gradient_norms"][skip:])
-        for k, v in rec["time_ms"].items():
-            phases[k] = phases.get(k, 0.0) + v
+    phases = history.total("time_ms", {})
     m = app.mesh
     out = {
         "app": app.name,
@@ -82,15 +85,16 @@ def build_metrics(app: App, times: dict, check: str) -> dict:
         "versions": versions(),
         "mesh": {"vertex_count": m.vertex_count, "face_count": m.face_count, "edge_count": m.edge_count},
         "steps": app.steps_done,
-        "iterations": int(sum(r["iterations"] for r in app.history)),
-        "steepest_descent_fallbacks": int(sum(r.get("steepest_descent_fallbacks", 0) for r in app.history)),
-        "linear_solves_capped": int(sum(r.get("linear_solves_capped", 0) for r in app.history)),
+        "iterations": int(history.total("iterations")),
+        "steepest_descent_fallbacks": int(history.total("steepest_descent_fallbacks")),
+        "linear_solves_capped": int(history.total("linear_solves_capped")),
         "final_energy": app.energy,
         "final_gradient_norm": app.gradient_norm,
         "energy": energies,
         "gradient_norm": gnorms,
         "time_ms": {**{"solver_" + k: v for k, v in phases.items()}, **times},
-        "per_step": app.history,
+        "per_step": list(history),
+        "per_step_dropped": history.dropped,  # steps between the first and the kept records (a long run)
         "check_final": check,
         "config": c.model_dump(),
     }

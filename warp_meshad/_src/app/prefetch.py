@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -24,6 +25,11 @@ def default_build_jobs() -> int:
     machine of two cores or fewer, where a spawned process's start-up costs more than it saves."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(0, min(8, cores - 2))
+
+
+def _ignore_interrupts() -> None:
+    """A build process leaves SIGINT (Ctrl-C reaches the whole process group) to the batch, which stops it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _prepare(config: AppConfig) -> dict:
@@ -47,7 +53,8 @@ class Prefetch:
         self._pool = None
         self._futures: list[Future | None] = [None] * len(configs)
         if jobs and configs:
-            self._pool = ProcessPoolExecutor(min(jobs, len(configs)), mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(min(jobs, len(configs)), mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_ignore_interrupts)
             self._futures = [self._pool.submit(_prepare, c) for c in configs]
 
     def get(self, i: int) -> dict | None:

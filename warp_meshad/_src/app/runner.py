@@ -3,16 +3,20 @@ and :func:`warmup_app` (build and take one short step so that Warp compiles and 
 
 Outputs go to ``output/<app>_<scene>/`` (``output/<app>_<scene>_test/`` for a ``test=True`` config) unless ``output``
 says otherwise: the final mesh (``final.obj`` or ``final.ply``), ``metrics.json``, ``convergence.png`` (matplotlib)
-and ``screenshot.png`` (Polyscope, headless EGL, where available). While an app is built and run, the Warp modules it
+and ``screenshot.png`` (Polyscope, headless EGL, where available), then ``manifest.json`` (their sizes and hashes),
+as one unit (:class:`~warp_meshad._src.app.output_set.OutputSet`: nothing is in place until all are written). A run
+holds its folder's lock (:class:`~warp_meshad._src.app.folder_lock.FolderLock`) from start to end; an interrupt
+becomes :class:`~warp_meshad._src.app.interrupts.Interrupted` saying how far the run came. While an app is built and
+run, the Warp modules it
 compiles are announced on the log as each compile starts (:class:`~warp_meshad._src.codegen.module_loads.ModuleLoads`);
 ``metrics.json`` records the compile and load times and whether the kernel cache was warm.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
-import os
 import pathlib
 import time
 from dataclasses import dataclass
@@ -22,6 +26,9 @@ import numpy as np
 from warp_meshad._src.app import viewer as _viewer
 from warp_meshad._src.app.base import App
 from warp_meshad._src.app.config import AppConfig
+from warp_meshad._src.app.folder_lock import FolderLock
+from warp_meshad._src.app.interrupts import Interrupted
+from warp_meshad._src.app.output_set import OutputSet, OutputWriteError
 from warp_meshad._src.app.outputs import (
     build_metrics,
     check_output_folder,
@@ -34,7 +41,6 @@ from warp_meshad._src.app.outputs import (
 from warp_meshad._src.app.progress import Progress, stderr_log
 from warp_meshad._src.app.registry import app_class
 from warp_meshad._src.codegen.module_loads import ModuleLoads
-from warp_meshad._src.mesh.files import new_file_mode
 from warp_meshad._src.plural import plural
 
 __all__ = [
@@ -55,7 +61,7 @@ class RunReport:
     Attributes:
         app: the app after the run.
         output: the output folder.
-        files: the files written, by kind (``mesh``, ``metrics``, ``convergence``, ``screenshot``).
+        files: the files written, by kind (``mesh``, ``metrics``, ``convergence``, ``screenshot``, ``manifest``).
         metrics: the content of ``metrics.json``.
         messages: notes (skipped outputs and why).
     """
@@ -67,18 +73,42 @@ class RunReport:
     messages: list
 
 
-def _step_times(times: list[float]) -> dict:
-    """First step and median later step [s] from the step end times (the first entry: the run's start)."""
-    steps = np.diff(times)
-    return {"first_step_s": float(steps[0]) if steps.size else None,
-            "median_step_s": float(np.median(steps[1:])) if steps.size > 1 else None}
+class _StepClock:
+    """When a run's steps end, in bounded memory: the first step's duration and the latest later ones."""
+
+    KEPT = 1000
+
+    def __init__(self):
+        self.last = None
+        self.first = None
+        self.later = collections.deque(maxlen=self.KEPT)
+
+    def tick(self) -> None:
+        """The start of the steps (first call), then the end of each step."""
+        now = time.perf_counter()
+        if self.last is not None:
+            if self.first is None:
+                self.first = now - self.last
+            else:
+                self.later.append(now - self.last)
+        self.last = now
+
+    def summary(self) -> dict:
+        """First step and median later step [s] (of the latest :attr:`KEPT`); None where there is none."""
+        return {"first_step_s": self.first, "median_step_s": float(np.median(self.later)) if self.later else None}
 
 
-def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: ModuleLoads, step_ends: list,
+def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: ModuleLoads, clock: _StepClock,
             check: bool, log, messages: list, plot: bool = True) -> RunReport:
     """Check the app after its run, write its outputs (final mesh, convergence plot unless ``plot`` is False,
-    screenshot, metrics.json) and return the report; a ``check_final`` failure is raised after the outputs are
-    written. The screenshot's child process renders while this one writes the mesh and the plot."""
+    screenshot, metrics.json, then the manifest) as one :class:`OutputSet` and return the report; a
+    ``check_final`` failure is raised after the outputs are written. The screenshot's child process renders while this
+    one writes the mesh and the plot.
+
+    Raises:
+        OutputWriteError: an output could not be written (nothing of this run is left in ``out``).
+        AssertionError: ``check_final`` failed (after the outputs are written).
+    """
     failure = None
     status = "not run"
     if check:
@@ -94,34 +124,54 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
 
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    files = {}
+    kinds = {}
+    mesh_name = f"final.{config.mesh_format}"
+    with OutputSet(out) as outputs:
+        failed = []
 
-    def mesh_and_plot():
-        mesh_path = out / f"final.{config.mesh_format}"
-        save_mesh(mesh_path, app)
-        files["mesh"] = mesh_path
-        if plot:
-            png = out / "convergence.png"
-            if write_convergence_plot(png, app):
-                files["convergence"] = png
+        def mesh_and_plot():
+            try:
+                outputs.write(mesh_name, lambda tmp: save_mesh(tmp, app))
+                kinds["mesh"] = mesh_name
+                if plot:
+                    if outputs.write("convergence.png", lambda tmp: write_convergence_plot(tmp, app)):
+                        kinds["convergence"] = "convergence.png"
+                    else:
+                        messages.append("convergence.png skipped: matplotlib is not installed (pip install "
+                                        "matplotlib)")
+            except BaseException:
+                failed.append(True)
+                raise
+
+        try:
+            if config.screenshot:  # the screenshot's child renders while this process writes the mesh and the plot
+                try:
+                    ok, why = _viewer.screenshot(app, outputs.temp_path("screenshot.png"),
+                                                 while_rendering=mesh_and_plot)
+                except Exception as exc:  # the screenshot's own failure (the scene could not be read) costs only it
+                    if failed or isinstance(exc, OSError):
+                        raise
+                    ok, why = False, f"{type(exc).__name__}: {exc}"
+                    if "mesh" not in kinds:
+                        mesh_and_plot()
+                if ok and outputs.add("screenshot.png"):
+                    kinds["screenshot"] = "screenshot.png"
+                elif not ok:
+                    messages.append(f"screenshot.png skipped: {why}")
             else:
-                messages.append("convergence.png skipped: matplotlib is not installed (pip install matplotlib)")
-
-    if config.screenshot:  # the screenshot's child renders while this process writes the mesh and the plot
-        shot = out / "screenshot.png"
-        ok, why = _viewer.screenshot(app, shot, while_rendering=mesh_and_plot)  # runs mesh_and_plot in any case
-        if ok:
-            os.chmod(shot, new_file_mode())
-            files["screenshot"] = shot
-        else:
-            messages.append(f"screenshot.png skipped: {why}")
-    else:
-        mesh_and_plot()
-    times["outputs"] = (time.perf_counter() - t0) * 1000.0
-    metrics = build_metrics(app, times, status)
-    metrics["compile"] = json_safe({**loads.summary(), **_step_times(step_ends)})
-    write_metrics(out / "metrics.json", metrics)
-    files["metrics"] = out / "metrics.json"
+                mesh_and_plot()
+            times["outputs"] = (time.perf_counter() - t0) * 1000.0
+            metrics = build_metrics(app, times, status)
+            metrics["compile"] = json_safe({**loads.summary(), **clock.summary()})
+            outputs.write("metrics.json", lambda tmp: write_metrics(tmp, metrics))
+            kinds["metrics"] = "metrics.json"
+            paths = outputs.commit({"app": app.name, "scene": config.scene, "check_final": status})
+        except OSError as exc:  # one not raised by a write of the set (the screenshot's scene file): name its file
+            if isinstance(exc, OutputWriteError):
+                raise
+            raise OutputWriteError(exc.filename or out, exc, out) from None
+    files = {kind: paths[name] for kind, name in kinds.items() if name in paths}
+    files["manifest"] = paths["manifest.json"]
     for m in messages:
         log(m)
     log(f"{plural(app.steps_done, 'step')}, {plural(metrics['iterations'], 'iteration')}, final energy "
@@ -129,6 +179,27 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
     if failure is not None:
         raise failure
     return RunReport(app, out, files, metrics, messages)
+
+
+def _interrupted_run(exc: BaseException, config: AppConfig, out: pathlib.Path, phase: str, app: App | None,
+                     ) -> Interrupted:
+    """The :class:`Interrupted` of a run stopped in ``phase`` (``"build"``, ``"steps"``, ``"outputs"``, ``"done"``),
+    saying what was finished, what was not and how to start again."""
+    scene = f"{config.app}/{config.scene or 'custom'}"
+    done = app.steps_done if app is not None else 0
+    again = "run the same command again to start over (a run does not resume)"
+    if phase == "done":
+        what = f"{scene} had finished; its outputs in {out} are complete"
+    elif phase == "outputs":
+        what = (f"{scene}: all {plural(done, 'step')} finished, stopped while writing the outputs; nothing of this "
+                f"run was written to {out}; {again}")
+    elif phase == "steps":
+        what = (f"{scene}: {done} of {plural(config.steps, 'step')} finished, stopped in step {done + 1}; no outputs "
+                f"written to {out}; {again}")
+    else:
+        what = f"{scene}: stopped while building the app, no step taken; no outputs written to {out}; {again}"
+    signum = Interrupted.of(exc).signum
+    return Interrupted(signum, what)
 
 
 @contextlib.contextmanager
@@ -153,10 +224,12 @@ def setup_objects_frozen():
 
 
 def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, check: bool = True,
-            log=None, plot: bool = True, prepared=None) -> RunReport:
+            log=None, plot: bool = True, prepared=None, wait: bool = False) -> RunReport:
     """Build the config's app, run it (headless, or in the viewer), check it, and write its outputs.
 
-    The output folder is checked for writing first. Each Warp module compiled while the app is built and run is
+    The output folder is checked for writing and locked first (one writer per folder: another process's run or
+    batch there makes this one refuse, or wait with ``wait``); the outputs go in place together at the end, with
+    ``manifest.json`` last, or not at all. Each Warp module compiled while the app is built and run is
     announced on ``log`` as the compile starts; ``metrics.json["compile"]`` records the compiles and loads
     (:meth:`~warp_meshad._src.codegen.module_loads.ModuleLoads.summary`), ``cache_warm``, and the first and the median later
     step time (``first_step_s``, ``median_step_s``: the first step pays for the compiles of a cold cache). The
@@ -172,18 +245,31 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
         prepared: :meth:`App.prepare`'s dict for this config (built ahead, e.g. by
             :class:`~warp_meshad._src.app.prefetch.Prefetch`), or a callable returning it (or None); None: the app
             builds everything itself.
+        wait: when another process holds the output folder, wait for it instead of refusing.
 
     Returns:
         :class:`RunReport`.
 
     Raises:
-        ConfigError: a bad config, mesh (key ``mesh``) or output folder (key ``output``).
+        ConfigError: a bad config, mesh (key ``mesh``) or output folder (key ``output``; ``FolderBusy`` when another
+            process writes there).
+        OutputWriteError: an output could not be written (a full disk, ...); none of this run's are left.
+        Interrupted: SIGINT / SIGTERM (or Ctrl-C), saying how far the run came; no outputs written.
         AssertionError: ``check_final`` failed (after the outputs are written).
     """
     if log is None:
         log = stderr_log(quiet)
     out = check_output_folder(output_folder(config), config.origin("output"))
+    with FolderLock(out, config.origin("output"), wait=wait, log=log):
+        state = {"phase": "build", "app": None}
+        try:
+            return _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state)
+        except KeyboardInterrupt as exc:
+            raise _interrupted_run(exc, config, out, state["phase"], state["app"]) from None
 
+
+def _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state) -> RunReport:
+    """:func:`run_app` once the folder is locked; ``state`` tells an interrupt how far it came."""
     times = {}
     t0 = time.perf_counter()
     import warp as wp
@@ -191,9 +277,10 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
     if wp.config.log_level < wp.LOG_WARNING and quiet:
         wp.config.log_level = wp.LOG_WARNING
     messages = []
-    step_ends = []
+    clock = _StepClock()
     with ModuleLoads(log=None if quiet else log) as loads:
         app = app_class(config.app, config.origin("app"))(config, _resolved(prepared))
+        state.update(app=app, phase="steps")
         log(app.describe())
         times["setup"] = (time.perf_counter() - t0) * 1000.0
 
@@ -204,10 +291,10 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
         else:
             progress = Progress(config.steps, quiet=quiet)
             progress.update(0, "")
-            step_ends.append(time.perf_counter())
+            clock.tick()
 
             def after_step(a, rec):
-                step_ends.append(time.perf_counter())
+                clock.tick()
                 progress.update(a.steps_done, f"E={a.energy:.6g} it={rec['iterations']}")
 
             with setup_objects_frozen():
@@ -216,8 +303,10 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
     times["compile"] = loads.compile_s * 1000.0
     if loads.compiled:
         log(loads.describe())
-
-    return _finish(app, config, out, times, loads, step_ends, check, log, messages, plot)
+    state["phase"] = "outputs"
+    report = _finish(app, config, out, times, loads, clock, check, log, messages, plot)
+    state["phase"] = "done"
+    return report
 
 
 def _resolved(prepared):
@@ -261,10 +350,17 @@ def run_apps_batched(configs: list[AppConfig], check: bool = True, plot: bool = 
     ``prepared``: per config, :meth:`App.prepare`'s dict or a callable returning it (None: built here), as
     :func:`run_app` takes it.
 
+    Each mesh's folder is locked from its build to its outputs (a folder another process holds gives that mesh a
+    ``FolderBusy``).
+
     Returns:
         Per config, in order: a :class:`RunReport`, or the exception that stopped that mesh (a ``ConfigError`` for a
         bad mesh or output folder; an ``AssertionError`` from ``check_final``, raised after its outputs were written;
         any other error of its build or solve). One mesh's error never stops the others.
+
+    Raises:
+        OutputWriteError: a mesh's outputs could not be written (a full disk): the meshes after it are not written.
+        KeyboardInterrupt: an interrupt; no outputs are written after it.
     """
     import warp as wp
 
@@ -273,11 +369,13 @@ def run_apps_batched(configs: list[AppConfig], check: bool = True, plot: bool = 
     log = stderr_log(True)
     outcomes: list = [None] * len(configs)
     built = []
-    with ModuleLoads(log=None) as loads:
+    with contextlib.ExitStack() as locks, ModuleLoads(log=None) as loads:
         for i, config in enumerate(configs):
             t0 = time.perf_counter()
             try:
                 out = check_output_folder(output_folder(config), config.origin("output"))
+                lock = FolderLock(out, config.origin("output")).acquire()
+                locks.callback(lock.release)
                 ahead = _resolved(prepared[i]) if prepared else None
                 app = app_class(config.app, config.origin("app"))(config, ahead)
             except Exception as exc:  # a bad mesh or folder: recorded, the others go on
@@ -304,13 +402,15 @@ def run_apps_batched(configs: list[AppConfig], check: bool = True, plot: bool = 
                     outcomes[i] = exc
                     built = [b for b in built if b[0] != i]
                 times["run"] = (time.perf_counter() - t1) * 1000.0
-    for i, app, out, times in built:
-        times.setdefault("run", run_share)
-        times["compile"] = loads.compile_s * 1000.0 / max(1, len(built))
-        try:
-            outcomes[i] = _finish(app, app.config, out, times, loads, [], check, log, [], plot)
-        except Exception as exc:  # check_final failed (outputs written), or writing them failed
-            outcomes[i] = exc
+        for i, app, out, times in built:
+            times.setdefault("run", run_share)
+            times["compile"] = loads.compile_s * 1000.0 / max(1, len(built))
+            try:
+                outcomes[i] = _finish(app, app.config, out, times, loads, _StepClock(), check, log, [], plot)
+            except OutputWriteError:  # a full disk stops the chunk: the next meshes cannot write either
+                raise
+            except Exception as exc:  # check_final failed (outputs written)
+                outcomes[i] = exc
     return outcomes
 
 

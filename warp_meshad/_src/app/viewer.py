@@ -287,7 +287,7 @@ class ViewerController:
 
     def status_lines(self) -> list[str]:
         app = self.app
-        iters = sum(r["iterations"] for r in app.history)
+        iters = app.history.total("iterations")
         last = app.history[-1] if app.history else None
         return [
             f"{app.name}/{app.config.scene or 'custom'} on {app.device}",

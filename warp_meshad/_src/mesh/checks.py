@@ -1,5 +1,6 @@
 """Validation shared by TriMesh and TetMesh: the MeshError they raise, their array, option and unreferenced-vertex
-checks, and the checks of a mesh file to read or a path to save to.
+checks, the checks of a mesh file to read or a path to save to, and the degenerate-element checks an app runs on its
+input before its energies see it (:func:`check_nondegenerate`).
 
 The messages name the elements with the words of an :class:`ElementWords` ("faces" / "triangle" for TriMesh, "tets" /
 "tetrahedron" for TetMesh). Pure numpy on the host.
@@ -16,6 +17,7 @@ import numpy as np
 from warp_meshad._src.plural import plural
 
 __all__ = [
+    "DEGENERATE_RTOL",
     "SHOW",
     "UNREFERENCED_MODES",
     "ElementWords",
@@ -23,15 +25,23 @@ __all__ = [
     "check_arrays",
     "check_folder",
     "check_mesh_file",
+    "check_nondegenerate",
     "check_option",
     "check_save_path",
+    "degenerate_tets",
+    "degenerate_triangles",
     "first_items",
     "readonly",
     "referenced_vertices",
+    "short_edges",
 ]
 
 UNREFERENCED_MODES = ("error", "remove")
 SHOW = 5  # how many offending items a message lists
+# an element is degenerate when its measure is at most this fraction of the one its longest edge spans (triangle:
+# |(x1-x0) x (x2-x0)| <= rtol L^2; tet: |6 V| <= rtol L^3), an edge when its length is at most rtol times the mesh's
+# bounding-box diagonal: TriMesh's and TetMesh's own rule
+DEGENERATE_RTOL = 1e-12
 
 
 class MeshError(ValueError):
@@ -220,3 +230,93 @@ def check_folder(p: pathlib.Path) -> None:
     """Refuses a save destination whose folder does not exist (FileNotFoundError)."""
     if not p.parent.is_dir():
         raise FileNotFoundError(f"{p}: cannot save: folder {p.parent} does not exist")
+
+
+def _longest(x: np.ndarray, elements: np.ndarray) -> np.ndarray:
+    k = elements.shape[1]
+    return np.max([np.linalg.norm(x[elements[:, j]] - x[elements[:, i]], axis=1)
+                   for i, j in itertools.combinations(range(k), 2)], axis=0)
+
+
+def degenerate_triangles(vertices, triangles) -> tuple[np.ndarray, np.ndarray]:
+    """Which triangles have (numerically) zero area: ``|(x1 - x0) x (x2 - x0)| <= DEGENERATE_RTOL * L^2``, L the
+    longest edge (a triangle with coincident corners has L area 0 as well).
+
+    Args:
+        vertices: float (n, 3).
+        triangles: int (m, 3).
+
+    Returns:
+        (mask bool (m,), areas float64 (m,)).
+    """
+    x = np.asarray(vertices, dtype=np.float64)
+    t = np.asarray(triangles, dtype=np.int64)
+    twice = np.linalg.norm(np.cross(x[t[:, 1]] - x[t[:, 0]], x[t[:, 2]] - x[t[:, 0]]), axis=1)
+    return twice <= DEGENERATE_RTOL * _longest(x, t) ** 2, 0.5 * twice
+
+
+def degenerate_tets(vertices, tets) -> tuple[np.ndarray, np.ndarray]:
+    """Which tets have (numerically) zero volume: ``|6 V| <= DEGENERATE_RTOL * L^3``, L the longest edge.
+
+    Returns:
+        (mask bool (m,), signed volumes float64 (m,)).
+    """
+    x = np.asarray(vertices, dtype=np.float64)
+    t = np.asarray(tets, dtype=np.int64)
+    six = np.einsum("ij,ij->i", x[t[:, 1]] - x[t[:, 0]], np.cross(x[t[:, 2]] - x[t[:, 0]], x[t[:, 3]] - x[t[:, 0]]))
+    return np.abs(six) <= DEGENERATE_RTOL * _longest(x, t) ** 3, six / 6.0
+
+
+def short_edges(vertices, edges) -> tuple[np.ndarray, np.ndarray]:
+    """Which edges have (numerically) zero length: at most ``DEGENERATE_RTOL`` times the bounding-box diagonal.
+
+    Returns:
+        (mask bool (m,), lengths float64 (m,)).
+    """
+    x = np.asarray(vertices, dtype=np.float64)
+    e = np.asarray(edges, dtype=np.int64)
+    lengths = np.linalg.norm(x[e[:, 1]] - x[e[:, 0]], axis=1)
+    diagonal = float(np.linalg.norm(np.ptp(x, axis=0))) if x.size else 0.0
+    return lengths <= DEGENERATE_RTOL * diagonal, lengths
+
+
+def check_nondegenerate(source: str, vertices, faces=None, edges=None, tets=None, needs: str = "") -> None:
+    """Refuses degenerate elements that an app's energies cannot take: zero-area ``faces``, zero-length ``edges``,
+    zero-volume ``tets`` (each checked when given).
+
+    Args:
+        source: what the mesh is (a file path), first in the message.
+        vertices: float (n, 3).
+        faces, edges, tets: int (m, 3), (m, 2), (m, 4) arrays, or None (not checked).
+        needs: why the caller needs them non-degenerate (e.g. "the area energy's gradient is the unit face
+            normal"), ended to the message.
+
+    Raises:
+        MeshError: naming the first few offending elements, their total count, the first one's vertices and
+            measure, and what was expected.
+    """
+    why = f" ({needs})" if needs else ""
+    if faces is not None:
+        bad, areas = degenerate_triangles(vertices, faces)
+        if bad.any():
+            idx = np.flatnonzero(bad)
+            b = idx[0]
+            raise MeshError(f"{source}: faces {first_items(idx)} have zero area (face {b} = "
+                            f"{np.asarray(faces)[b].tolist()}, area {areas[b]:.3g}); expected triangles of positive "
+                            f"area{why}")
+    if edges is not None:
+        bad, lengths = short_edges(vertices, edges)
+        if bad.any():
+            idx = np.flatnonzero(bad)
+            b = idx[0]
+            raise MeshError(f"{source}: edges {first_items(idx)} have zero length (edge {b} = "
+                            f"{np.asarray(edges)[b].tolist()}, length {lengths[b]:.3g}); expected distinct positions "
+                            f"at the two ends of every edge{why}")
+    if tets is not None:
+        bad, volumes = degenerate_tets(vertices, tets)
+        if bad.any():
+            idx = np.flatnonzero(bad)
+            b = idx[0]
+            raise MeshError(f"{source}: tets {first_items(idx)} are degenerate (tet {b} = "
+                            f"{np.asarray(tets)[b].tolist()}, volume {volumes[b]:.3g}); expected tets of nonzero "
+                            f"volume{why}")
