@@ -36,6 +36,7 @@ DEFORMATION = {
 SCALAR_MODES = ("probe", "energy", "gradient", "hessian", "hessian_proj", "hvp")
 RESIDUAL_MODES = ("probe", "energy", "residual", "jacobian", "gauss_newton", "gradient", "hessian")
 TILED_MODES = ("hessian", "hessian_proj")
+REDUCED_MODES = ("energy", "gradient")  # the energy summed per thread block (contract.KernelVariant.reduced)
 
 # dual modules kept as full text (the rest by digest): one of each kind of generated code
 DUAL_FULL = (("plain", 0, "float64"), ("grad", 3, "float64"), ("hess", 4, "float32"), ("hess", 6, "float64"),
@@ -54,6 +55,8 @@ def kernel_cases():
         for mode in modes:
             for det in (False, True):
                 variants = [dict(deterministic=det)]
+                if mode in REDUCED_MODES and not det:
+                    variants.append(dict(reduced=True))
                 if mode == "hessian_proj":
                     variants.append(dict(deterministic=det, unrolled=True))
                 if mode in TILED_MODES and not res:
@@ -155,6 +158,8 @@ def term_kernel_names() -> dict[str, str]:
         term = problem.terms[t]
         for mode in TERM_MODES:
             out[f"{name}.{mode}"] = term_kernel(term, mode, problem.kernel_facts).key
+        for mode in REDUCED_MODES:
+            out[f"{name}.{mode}.reduced"] = term_kernel(term, mode, problem.kernel_facts, reduced=True).key
     return out
 
 

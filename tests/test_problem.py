@@ -462,3 +462,171 @@ def test_device_pattern_build_equals_host_build(device):
     np.testing.assert_array_equal(b.columns, a.columns)
     for x, y in zip(b.slots, a.slots):
         np.testing.assert_array_equal(x, y)
+
+
+# -- energy and gradient with the energy summed per thread block (one memset and one launch per term) -------------
+
+
+def area_reference(X, faces):
+    """Total area 1/2 sum |(x1 - x0) x (x2 - x0)| and its gradient in float64 (dA/dx1 = 1/2 e2 x n, dA/dx2 =
+    1/2 n x e1, dA/dx0 = -(dA/dx1 + dA/dx2), n the unit normal)."""
+    X = np.asarray(X, np.float64)
+    x0, e1, e2 = X[faces[:, 0]], X[faces[:, 1]] - X[faces[:, 0]], X[faces[:, 2]] - X[faces[:, 0]]
+    c = np.cross(e1, e2)
+    l = np.linalg.norm(c, axis=1)
+    n = c / l[:, None]
+    g1, g2 = 0.5 * np.cross(e2, n), 0.5 * np.cross(n, e1)
+    g = np.zeros_like(X)
+    np.add.at(g, faces[:, 1], g1)
+    np.add.at(g, faces[:, 2], g2)
+    np.add.at(g, faces[:, 0], -(g1 + g2))
+    return 0.5 * l.sum(), g
+
+
+def spring_reference(X, edges, rest, k):
+    """sum k/2 (|xa - xb| - rest)^2 and its gradient in float64."""
+    X = np.asarray(X, np.float64)
+    d = X[edges[:, 0]] - X[edges[:, 1]]
+    l = np.linalg.norm(d, axis=1)
+    ga = (k * (l - rest) / l)[:, None] * d
+    g = np.zeros_like(X)
+    np.add.at(g, edges[:, 0], ga)
+    np.add.at(g, edges[:, 1], -ga)
+    return 0.5 * k * np.sum((l - rest) ** 2), g
+
+
+def bumpy_grid(n, seed=3):
+    mesh = wm.TriMesh.grid(n, n)
+    X = mesh.vertices.copy()
+    X[:, 2] = 0.3 / (n - 1) * np.random.default_rng(seed).normal(size=mesh.vertex_count)
+    return mesh, X
+
+
+def assert_energy_and_gradient(f, g, ref_f, ref_g, rtol):
+    np.testing.assert_allclose(f, ref_f, rtol=rtol)
+    np.testing.assert_allclose(np.asarray(g, np.float64).reshape(ref_g.shape), ref_g, rtol=rtol,
+                               atol=rtol * np.abs(ref_g).max())  # fmt: skip
+
+
+# faces 2 (one partial block), 288 (nine full blocks of 32; one full block of 256 and a partial one), 1058 (many
+# blocks, the last one partial); block None: 256 threads on a GPU, one element per block on the CPU; block 32 on the
+# CPU runs its lanes as fibers (wp.config.enable_cpu_blocks), as a GPU does
+@pytest.mark.parametrize("n", [2, 13, 24])
+@pytest.mark.parametrize("block", [None, 32])
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("dtype", [wp.float32, wp.float64])
+def test_energy_and_gradient_equal_a_float64_reference(device, monkeypatch, n, block, deterministic, dtype):
+    monkeypatch.setattr(wp.config, "enable_cpu_blocks", block is not None)
+    from warp_meshad.kernels.energies import surface_area
+
+    mesh, X = bumpy_grid(n)
+    p = wm.Problem(mesh.vertex_count, 3, dtype=dtype, device=device, deterministic=deterministic)
+    p._assembler.reduced_block_dim = block
+    p.add_term(mesh.faces, surface_area)
+    x = wp.array(X, dtype=wp.vec3f if dtype == wp.float32 else wp.vec3d, device=device)
+    ref_f, ref_g = area_reference(X.astype(np.float32) if dtype == wp.float32 else X, mesh.faces)
+    rtol = 2e-5 if dtype == wp.float32 else 1e-12
+    for _ in range(2):  # the second call starts from the first one's outputs: they must be cleared
+        f, g = p.eval_with_gradient(x)
+        assert_energy_and_gradient(f, g.numpy(), ref_f, ref_g, rtol)
+        np.testing.assert_allclose(p.eval(x), ref_f, rtol=rtol)
+    e, g = p.assemble_gradient(x)
+    assert e.shape == (1,) and e.device == p.device
+    assert_energy_and_gradient(e.numpy()[0], g.numpy(), ref_f, ref_g, rtol)
+    np.testing.assert_allclose(p.assemble_energy(x).numpy()[0], ref_f, rtol=rtol)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_two_terms_energy_and_gradient_equal_the_sum_of_references(device, deterministic):
+    from warp_meshad.kernels.energies import MassSpringData, mass_spring, surface_area
+
+    mesh, X = bumpy_grid(17, seed=5)
+    rest = 0.9 * mesh.edge_lengths()
+    p = wm.Problem(mesh.vertex_count, 3, dtype=wp.float64, device=device, deterministic=deterministic)
+    p.add_term(mesh.faces, surface_area, weight=2.0)
+    data = MassSpringData(wp.float64, rest=wp.array(rest, dtype=wp.float64, device=device), stiffness=3.0)
+    p.add_term(mesh.edges, mass_spring, data, weight=0.5)
+    fa, ga = area_reference(X, mesh.faces)
+    fs, gs = spring_reference(X, mesh.edges, rest, 3.0)
+    ref_f, ref_g = 2.0 * fa + 0.5 * fs, 2.0 * ga + 0.5 * gs
+    x = wp.array(X, dtype=wp.vec3d, device=device)
+    f_h, g_h, _ = p.eval_with_hessian(x)  # Hessian modes sum element energies in a fixed order
+    assert_energy_and_gradient(f_h, g_h.numpy(), ref_f, ref_g, 1e-12)
+    f, g = p.eval_with_gradient(x)
+    assert_energy_and_gradient(f, g.numpy(), ref_f, ref_g, 1e-12)
+    np.testing.assert_allclose(p.eval(x), ref_f, rtol=1e-12)
+    if deterministic:  # no float atomics: the same bits every run
+        runs = [(p.eval(x), *[a.numpy().copy() for a in p.assemble_gradient(x)]) for _ in range(3)]
+        for r in runs[1:]:
+            for a, b in zip(r, runs[0]):
+                assert np.array_equal(a, b)
+
+
+def _count_device_work(monkeypatch):
+    """Counts of kernel launches, memsets and host reads (copies, synchronizations, numpy reads) from now on."""
+    counts = {"launch": 0, "memset": 0, "read": 0}
+
+    def counting(obj, name, kind):
+        original = getattr(obj, name)
+
+        def wrapper(*args, **kwargs):
+            if not kwargs.get("record_cmd"):  # recording a launch runs nothing
+                counts[kind] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(obj, name, wrapper)
+
+    for name in ("launch", "launch_tiled"):
+        counting(wp, name, "launch")
+    counting(wp.Launch, "launch", "launch")
+    counting(wp.array, "zero_", "memset")
+    counting(wp.array, "fill_", "memset")
+    for name in ("copy", "synchronize", "synchronize_device", "synchronize_stream"):
+        counting(wp, name, "read")
+    counting(wp.array, "numpy", "read")
+    return counts
+
+
+def test_gradient_and_energy_take_one_memset_and_one_launch_per_term(device, monkeypatch):
+    from warp_meshad.kernels.energies import MassSpringData, mass_spring, surface_area
+
+    mesh, X = bumpy_grid(6)
+    p = wm.Problem(mesh.vertex_count, 3, dtype=wp.float32, device=device)
+    p.add_term(mesh.faces, surface_area)
+    x = wp.array(X, dtype=wp.vec3f, device=device)
+    for terms in (1, 2):
+        p.assemble_gradient(x)
+        p.assemble_energy(x)  # kernels built and launches recorded
+        counts = _count_device_work(monkeypatch)
+        p.assemble_gradient(x)
+        assert counts == {"launch": terms, "memset": 1, "read": 0}
+        counts.update(launch=0, memset=0)
+        p.assemble_energy(x)
+        assert counts == {"launch": terms, "memset": 1, "read": 0}
+        monkeypatch.undo()
+        data = MassSpringData(wp.float32, rest=wp.array(mesh.edge_lengths(), dtype=wp.float32, device=device),
+                              stiffness=1.0)  # fmt: skip
+        p.add_term(mesh.edges, mass_spring, data)
+
+
+def test_recorded_launches_follow_changed_data_and_arrays(device):
+    from warp_meshad.kernels.energies import MassSpringData, mass_spring
+
+    mesh, X = bumpy_grid(5, seed=7)
+    rest = mesh.edge_lengths()
+    data = MassSpringData(wp.float64, rest=wp.array(rest, dtype=wp.float64, device=device), stiffness=2.0)
+    p = wm.Problem(mesh.vertex_count, 3, dtype=wp.float64, device=device)
+    p.add_term(mesh.edges, mass_spring, data)
+    x = wp.array(X, dtype=wp.vec3d, device=device)
+    f, g = p.eval_with_gradient(x)
+    assert_energy_and_gradient(f, g.numpy(), *spring_reference(X, mesh.edges, rest, 2.0), 1e-12)
+    data.stiffness = wp.float64(5.0)  # a scalar field of the data struct
+    f, g = p.eval_with_gradient(x)
+    assert_energy_and_gradient(f, g.numpy(), *spring_reference(X, mesh.edges, rest, 5.0), 1e-12)
+    data.rest = wp.array(0.5 * rest, dtype=wp.float64, device=device)  # an array field replaced
+    f, g = p.eval_with_gradient(x)
+    assert_energy_and_gradient(f, g.numpy(), *spring_reference(X, mesh.edges, 0.5 * rest, 5.0), 1e-12)
+    Y = X + 0.05 * np.random.default_rng(1).normal(size=X.shape)
+    f, g = p.eval_with_gradient(wp.array(Y, dtype=wp.vec3d, device=device))  # another x
+    assert_energy_and_gradient(f, g.numpy(), *spring_reference(Y, mesh.edges, 0.5 * rest, 5.0), 1e-12)
+    np.testing.assert_allclose(p.eval(x), spring_reference(X, mesh.edges, 0.5 * rest, 5.0)[0], rtol=1e-12)

@@ -75,6 +75,9 @@ class KernelMode:
         gauss_newton: sums ``J^T r`` and ``J^T J`` over the residual's components (a k x k local Hessian) instead.
         deformation: has the deformation-gradient family (see :class:`DeformationShape`): the energy runs on F's
             entries (k_F duals) and the kernel applies the element's constant dF/dx.
+        reducible: has the reduced variant (:attr:`KernelVariant.reduced`): a thread block per ``block_dim``
+            consecutive elements sums their energies (a tile reduction) and adds the sum to ``energy_out[0]`` with one
+            atomic add, instead of writing each element's energy to its own slot.
     """
 
     name: str
@@ -89,6 +92,7 @@ class KernelMode:
     squares_residual: bool = False
     gauss_newton: bool = False
     deformation: bool = False
+    reducible: bool = False
 
     @property
     def seeds(self) -> bool:
@@ -108,9 +112,10 @@ MODES: dict[str, KernelMode] = {
     for m in (
         # generates the energy call only (no C++ compiled): add_term reads the energy's return type
         KernelMode("probe", "plain", "both", offsets=False, deformation=True),
-        KernelMode("energy", "plain", "both", writes=("energy",), deterministic=True, deformation=True),
+        KernelMode("energy", "plain", "both", writes=("energy",), deterministic=True, deformation=True,
+                   reducible=True),  # fmt: skip
         KernelMode("gradient", "grad", "both", writes=_DERIV, deterministic=True, squares_residual=True,
-                   deformation=True),  # fmt: skip
+                   deformation=True, reducible=True),  # fmt: skip
         KernelMode("hessian", "hess", "both", writes=(*_DERIV, "hessian"), deterministic=True, tileable=True,
                    squares_residual=True, deformation=True),  # fmt: skip
         KernelMode("hessian_proj", "hess", "both", reads=("eps", "absolute"), writes=(*_DERIV, "hessian"),
@@ -332,6 +337,11 @@ class KernelVariant:
         analytic: the projected mode of a deformation term with an analytic projection (see
             :data:`ANALYTIC_PROJECTION`): the energy on gradient duals, the local Hessian from the projection (never
             unrolled: there is no Jacobi iteration).
+        reduced: the energy summed within the kernel (modes with :attr:`KernelMode.reducible`, not deterministic):
+            launched with ``wp.launch_tiled``, thread ``lane`` of block ``p`` owns element ``p * block_dim + lane``
+            (the kernel takes the element ``count``; lanes past it compute nothing into the outputs), the block's
+            energies are summed by a tile reduction and added to ``energy_out[0]`` with one atomic add per block. The
+            kernel takes ``count: int`` instead of ``offs``.
     """
 
     mode: str
@@ -342,6 +352,7 @@ class KernelVariant:
     tile_store: str = "number"
     launch_bounds: tuple[int, int] | None = None
     analytic: bool = False
+    reduced: bool = False
 
     @classmethod
     def of(
@@ -355,6 +366,7 @@ class KernelVariant:
         tile_store: str = "number",
         launch_bounds: tuple[int, int] | None = None,
         analytic: bool = False,
+        reduced: bool = False,
     ) -> KernelVariant:
         """The variant of ``mode`` asked for, less what the mode (or the dual module's ``caps``) does not have.
 
@@ -376,6 +388,7 @@ class KernelVariant:
             tile_store=tile_store if tiled else "number",
             launch_bounds=tuple(int(b) for b in launch_bounds) if tiled and launch_bounds else None,
             analytic=analytic,
+            reduced=bool(reduced) and m.reducible and not deterministic,
         )
 
     @property
@@ -392,12 +405,14 @@ class KernelVariant:
     def suffix(self) -> str:
         """The part of the kernel and module names that tells the variant (``"_det_unrolled_tiled"``)."""
         return ("_det" if self.deterministic else "") + ("_unrolled" if self.unrolled else "") + (
-            "_tiled" if self.tiled else "") + ("_analytic" if self.analytic else "")  # fmt: skip
+            "_tiled" if self.tiled else "") + ("_analytic" if self.analytic else "") + (
+            "_reduced" if self.reduced else "")  # fmt: skip
 
     def describe(self) -> list[str]:
         """The variant's choices in words, for messages (``["deterministic", "tiled"]``)."""
         return [w for w, on in (("deterministic", self.deterministic), ("unrolled", self.unrolled),
-                                ("tiled", self.tiled), ("analytic projection", self.analytic)) if on]  # fmt: skip
+                                ("tiled", self.tiled), ("analytic projection", self.analytic),
+                                ("energy reduced per block", self.reduced)) if on]  # fmt: skip
 
 
 def mode_of(mode: str) -> KernelMode:

@@ -183,7 +183,8 @@ def _instance(term, mode: str, module, facts: KernelFacts, dual: str | None = No
     return instantiate(term.energy, ns, types, module, facts.dtype, params), ns
 
 
-def term_kernel(term, mode: str, facts: KernelFacts, tile: TileVariant | None = None) -> wp.Kernel:
+def term_kernel(term, mode: str, facts: KernelFacts, tile: TileVariant | None = None,
+                reduced: bool = False) -> wp.Kernel:  # fmt: skip
     """The kernel of one term and mode (built and cached on first use).
 
     Args:
@@ -191,9 +192,11 @@ def term_kernel(term, mode: str, facts: KernelFacts, tile: TileVariant | None = 
         mode: a kernel mode of :mod:`warp_meshad._src.codegen.kernel_source` (``"energy"``, ``"gradient"``, ...).
         facts: the problem's :class:`KernelFacts`.
         tile: the tiled variant of a Hessian mode, or None for a thread per element with atomics.
+        reduced: the variant that sums the energy per thread block (``contract.KernelVariant.reduced``), where the
+            mode has it and ``facts`` are not deterministic; else each element's energy goes to its own slot.
     """
     flush_records()
-    local = (mode, facts, tile)
+    local = (mode, facts, tile, reduced)
     kern = term.kernels.get(local)
     if kern is not None:
         return kern
@@ -201,7 +204,7 @@ def term_kernel(term, mode: str, facts: KernelFacts, tile: TileVariant | None = 
     variant = KernelVariant.of(
         mode, tile.rounds if tile else facts.deterministic, facts.unrolled(k), capabilities(mode_of(mode).dual, k),
         *((tile.cap, tile.row_cap, tile.store, tile.launch_bounds) if tile else ()),
-        analytic=term.projection is not None,
+        analytic=term.projection is not None, reduced=reduced,
     )  # fmt: skip
     projection = term.projection if variant.analytic else None
     kernel_key = (id(term.energy), variant, term.spec.signature(), term.data_type.key if term.data_type else "",

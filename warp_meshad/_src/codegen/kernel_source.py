@@ -3,6 +3,8 @@
 One thread owns one element: it gathers the element's variables, seeds them as duals, calls the
 energy, keeps the local gradient and Hessian in registers and scatters them with ``atomic_add``
 into the preallocated gradient array and the BSR block slots found when the pattern was built.
+The element's energy goes to its own slot of a buffer, or (the reduced variant of the energy and
+gradient modes) is summed over the thread block and added to the total with one atomic per block.
 
 Kernel sources are text (the number of element variables is unrolled into separate locals, since
 Warp has no local arrays of structs); they are compiled with ``wp.Kernel(source=...)``. What each mode
@@ -83,7 +85,7 @@ class _Kernel:
     """
 
     def __init__(self, spec: KernelSpec, mode: KernelMode, deterministic: bool, unrolled: bool, tiled: bool,
-                 tile_store: str, analytic: bool = False):  # fmt: skip
+                 tile_store: str, analytic: bool = False, reduced: bool = False):  # fmt: skip
         self.spec, self.mode, self.unrolled, self.tile_store = spec, mode, unrolled, tile_store
         self.analytic = analytic  # the deformation family's analytic projection (contract.ANALYTIC_PROJECTION)
         self.plain_f = ""  # F in plain numbers, as the analytic projection takes it (deformation kernels)
@@ -93,6 +95,8 @@ class _Kernel:
         # conflict-free rounds: plain shared-memory adds in a fixed order
         self.tiled_det = self.tiled and deterministic
         self.deterministic = deterministic and not self.tiled
+        # the energy summed per thread block, one atomic add per block (contract.KernelVariant.reduced)
+        self.reduced = reduced and mode.reducible and not deterministic
         # the local Hessian ``h`` is the dual's packed upper triangle, except where it is a k x k matrix: the
         # Gauss-Newton sum and the loop projection (which unpacks the dual's first)
         self.packed = mode.packed_hessian(unrolled)
@@ -103,6 +107,9 @@ class _Kernel:
         self.args.append("weight: _S")
         if self.tiled:
             self.body = ["e = patch_entries[wp.where(q < q_end, q, q_start)]", "valid = q < q_end"]
+        elif self.reduced:  # lanes past the last element evaluate element 0 and add nothing
+            self.body = ["p, lane = wp.tid()", "q = p * wp.block_dim() + lane", "valid = q < count",
+                         "e = wp.where(valid, q, 0)"]  # fmt: skip
         else:
             self.body = ["e = wp.tid()"]
         for a in range(n):
@@ -129,6 +136,8 @@ class _Kernel:
         # atomic on one address from every thread serializes the whole launch
         if self.tiled:
             return f"if valid and slots[e, 0] >= pb and slots[e, 0] < pe:\n    energy_out[offs[0] + e] = {expr}"
+        if self.reduced:  # summed over the block at the end (text())
+            return f"fe = wp.where(valid, {expr}, _S(0.0))"
         return f"energy_out[offs[0] + e] = {expr}"
 
     def scatter_vec(self, arr: str, a: int, expr: str) -> str:
@@ -139,6 +148,8 @@ class _Kernel:
         if self.tiled:
             s = f"slots[e, {a * n + a}]"
             return f"if valid and {s} >= pb and {s} < pe:\n    wp.atomic_add({arr}, i{a}, {expr})"
+        if self.reduced:
+            return f"if valid:\n    wp.atomic_add({arr}, i{a}, {expr})"
         if self.deterministic:
             return f"{arr}[offs[1] + e * {n} + {a}] = {expr}"
         return f"wp.atomic_add({arr}, i{a}, {expr})"
@@ -190,7 +201,10 @@ class _Kernel:
         return f"h[{packed_index(i, j, self.k)}]" if self.packed else f"h[{i}, {j}]"
 
     def text(self, name: str) -> str:
-        if self.mode.offsets:
+        if self.reduced:  # every lane reaches the block's reduction
+            self.args.append("count: int")
+            self.add("wp.tile_atomic_add(energy_out, wp.tile_sum(wp.tile(fe)), offset=0, bounds_check=False)")
+        elif self.mode.offsets:
             self.args.append("offs: wp.vec3i")
         body = [t for s in self.body for t in s.split("\n")]
         if self.tiled:
@@ -453,13 +467,20 @@ def kernel_source(
     tiled: bool = False,
     tile_store: str = "number",
     analytic: bool = False,
+    reduced: bool = False,
 ) -> str:
     """Source text of the kernel ``name`` for ``mode`` (a key of :data:`~.contract.MODES`).
 
-    Element energies are always written to their own slots of a buffer (offset ``offs[0]`` of the
-    term), summed afterwards. With ``deterministic``, nothing is accumulated with float atomics: each
+    Element energies are written to their own slots of a buffer (offset ``offs[0]`` of the term),
+    summed afterwards. With ``deterministic``, nothing is accumulated with float atomics: each
     element also writes its gradient and Hessian blocks to its own places of contribution buffers
     (offsets ``offs[1]``, ``offs[2]``), summed later in a fixed order.
+
+    With ``reduced`` (modes ``energy`` and ``gradient``, not ``deterministic``; launched with
+    ``wp.launch_tiled``), thread ``lane`` of block ``p`` owns element ``p * block_dim + lane`` of
+    ``count``; the block's energies are summed by a tile reduction and added to ``energy_out[0]`` with
+    one atomic add (``energy_out`` must hold 0, or the other terms' energies, before the launch), the
+    gradient is added atomically as above. The kernel takes ``count: int`` instead of ``offs``.
 
     With ``tiled`` (modes ``hessian`` and ``hessian_proj``; launched with ``wp.launch_tiled``, one
     thread block per patch of consecutive block rows, see :mod:`warp_meshad._src.problem.tiled`), a block
@@ -483,7 +504,7 @@ def kernel_source(
                          f"not unrolled; got mode {mode!r}, unrolled={unrolled}, deformation term: "
                          f"{spec.deformation is not None}")  # fmt: skip
     kt = (_DeformationKernel if spec.deformation is not None else _Kernel)(spec, m, deterministic, unrolled, tiled,
-                                                                            tile_store, analytic)  # fmt: skip
+                                                                            tile_store, analytic, reduced)  # fmt: skip
     _EMITTERS[mode](kt)
     return kt.text(name)
 
@@ -636,7 +657,8 @@ def make_kernel(spec: KernelSpec, variant: KernelVariant, energy_fn, ns, data_ty
         scope["_DinvT"] = wp.types.matrix(shape=(c, c), dtype=s)
 
     def source(name):
-        return kernel_source(spec, v.mode, name, v.deterministic, v.unrolled, v.tiled, v.tile_store, v.analytic)
+        return kernel_source(spec, v.mode, name, v.deterministic, v.unrolled, v.tiled, v.tile_store, v.analytic,
+                             v.reduced)
 
     tmp = source("kernel") + f"# cap {v.tile_cap}" + (f" rows {v.tile_row_cap}" if v.tile_row_cap else "")
     if v.analytic:  # two projections of one energy: two kernels

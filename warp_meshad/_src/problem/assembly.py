@@ -4,6 +4,17 @@ Hessian-vector product, parameter derivatives, residuals and Jacobian.
 An :class:`Assembler` picks each term's kernel (:func:`~warp_meshad._src.codegen.kernel_cache.term_kernel`),
 its arguments and its launch; it writes into a :class:`~warp_meshad._src.problem.storage.Storage`. It does not
 check arguments (``Problem`` does) and reads nothing back from the device.
+
+Energy and gradient take as many launches as a hand-written kernel: one memset (gradient and energy share one
+allocation) and one launch per term, whose kernel sums its block's energies and adds them to the total with one
+atomic per thread block (the reduced variant, :attr:`~warp_meshad._src.codegen.contract.KernelVariant.reduced`).
+The deterministic mode, and a problem whose element energies are read afterwards (:attr:`Assembler.element_energies`),
+write each element's energy to its own slot instead and sum them in a fixed order (two more launches), as the
+Hessian modes always do.
+
+Every term launch is recorded once (``wp.launch(..., record_cmd=True)``) and replayed: only the arguments that
+changed since (another ``x``, a grown interaction buffer) are packed again, so a call costs little more on the host
+than the launches themselves.
 """
 
 from __future__ import annotations
@@ -14,13 +25,16 @@ import warp as wp
 
 from warp_meshad._src.codegen.energy_errors import raise_energy_error
 from warp_meshad._src.codegen.kernel_cache import KernelFacts, TileVariant, term_kernel
+from warp_meshad._src.codegen.warp_compat import loaded_binary, module_hashed
 from warp_meshad._src.problem.storage import Storage
 from warp_meshad._src.problem.tiled import TileConfig, TilePlan, build_tile_plan, min_blocks
 
-__all__ = ["ASSEMBLY_MODES", "AUTO_MAX_EVALUATIONS", "Assembler", "auto_uses_tiles", "rounds_default"]
+__all__ = ["ASSEMBLY_MODES", "AUTO_MAX_EVALUATIONS", "Assembler", "REDUCED_BLOCK_DIM", "auto_uses_tiles",
+           "rounds_default"]  # fmt: skip
 
 ASSEMBLY_MODES = ("auto", "atomic", "tiled")
 AUTO_MAX_EVALUATIONS = 2.0  # see auto_uses_tiles()
+REDUCED_BLOCK_DIM = 256  # threads (elements) per block of the reduced energy and gradient kernels on CUDA devices
 
 
 def rounds_default(k_max: int, dtype) -> bool:
@@ -71,6 +85,12 @@ class Assembler:
 
     Attributes:
         facts, mode, tile_config: as given (the problem's setters replace them).
+        element_energies: False (default): energy and gradient launches sum the energy within their kernels (one
+            atomic add per thread block; not in deterministic mode). True: every launch also leaves each element's
+            energy in ``storage.layout.energy`` (a :class:`~warp_meshad.ProblemBatch` sums them per mesh).
+        reduced_block_dim: threads per block of the reduced kernels, or None: :data:`REDUCED_BLOCK_DIM` on CUDA
+            devices, 1 on the CPU (whose blocks run one lane; a size > 1 applies there only with
+            ``wp.config.enable_cpu_blocks``, which runs the lanes as fibers).
     """
 
     def __init__(self, terms: list, storage: Storage, facts: KernelFacts, block_type, device, mode: str,
@@ -82,7 +102,10 @@ class Assembler:
         self.device = device
         self.mode = mode
         self.tile_config = tile_config
+        self.element_energies = False
+        self.reduced_block_dim = None
         self._tiles = None  # (pattern, config, TilePlan or None)
+        self._replays: dict = {}  # (term index, id(kernel)) -> _Replay
 
     def set_unrolled_projection(self, value) -> None:
         """Set ``Problem.unrolled_projection`` (kernels built later follow it)."""
@@ -104,33 +127,50 @@ class Assembler:
         mb = min_blocks(term.spec.k, self.facts.dtype, projected=mode == "hessian_proj", config=cfg)
         return TileVariant(plan.cap, plan.row_cap, plan.deterministic, cfg.store, (cfg.block_dim, mb) if mb else None)
 
-    def kernel(self, term, mode: str, plan: TilePlan | None = None) -> wp.Kernel:
-        """The kernel of ``term`` in ``mode`` (the tiled variant for ``plan`` where given)."""
-        return term_kernel(term, mode, self.facts, self.tile_variant(term, mode, plan) if plan else None)
+    def kernel(self, term, mode: str, plan: TilePlan | None = None, reduced: bool = False) -> wp.Kernel:
+        """The kernel of ``term`` in ``mode`` (the tiled variant for ``plan`` where given; the reduced one with
+        ``reduced``)."""
+        return term_kernel(term, mode, self.facts, self.tile_variant(term, mode, plan) if plan else None, reduced)
 
-    def inputs(self, term, mode: str, extra: list) -> list:
+    @property
+    def reduces_energy(self) -> bool:
+        """Whether energy and gradient launches take the reduced kernels (see :attr:`element_energies`)."""
+        return not (self.facts.deterministic or self.element_energies)
+
+    def reduced_block(self) -> int:
+        """Threads per block of the reduced kernels' launches (see :attr:`reduced_block_dim`)."""
+        if self.device.is_cuda:
+            return self.reduced_block_dim or REDUCED_BLOCK_DIM
+        return (self.reduced_block_dim or 1) if wp.config.enable_cpu_blocks else 1
+
+    def inputs(self, term, mode: str, extra: list, reduced: bool = False) -> list:
         """Arguments of a term's kernel: elements, x (``extra[0]``), data, weight, [rest_inverse], ``extra[1:]``,
-        offsets."""
+        then the term's offsets (the element count for the ``reduced`` variant)."""
         inputs = [term.elements, extra[0]]
         if term.data is not None:
             inputs.append(term.data)
-        inputs.append(self.facts.dtype(term.weight))
+        inputs.append(float(term.weight))  # packed as the kernel's scalar type
         if term.rest_inverse is not None:  # a deformation term's D_m^-1 per element
             inputs.append(term.rest_inverse)
         inputs += extra[1:]
-        if mode not in ("residual", "jacobian"):
+        if reduced:
+            inputs.append(term.count)
+        elif mode not in ("residual", "jacobian"):
             inputs.append(self.storage.layout.offsets[term.index])
         return inputs
 
-    def launch(self, term, mode: str, extra: list) -> None:
-        """One thread per element of ``term``."""
-        if term.count:
-            kern = self.kernel(term, mode)
-            try:
-                wp.launch(kern, dim=term.count, inputs=self.inputs(term, mode, extra), device=self.device)
-            except Exception as exc:  # Warp generates a kernel's code at its first launch: errors at the user's line
-                raise_energy_error(exc, _does_not_compile(term, mode))
-                raise
+    def launch(self, term, mode: str, extra: list, reduced: bool = False) -> None:
+        """One thread per element of ``term``; ``reduced``: the reduced kernel, a thread block per
+        :meth:`reduced_block` consecutive elements."""
+        if not term.count:
+            return
+        kern = self.kernel(term, mode, reduced=reduced)
+        inputs = self.inputs(term, mode, extra, reduced)
+        if reduced:
+            block = self.reduced_block()
+            self._run(term, mode, kern, (term.count + block - 1) // block, inputs, block)
+        else:
+            self._run(term, mode, kern, term.count, inputs)
 
     def launch_tiled(self, term, mode: str, plan: TilePlan, inputs: list) -> None:
         """One thread block per patch of ``plan``."""
@@ -141,10 +181,18 @@ class Assembler:
                                plan.row_start, 1 if i else 0]  # fmt: skip
         else:
             inputs = inputs + [plan.entries[i], plan.entry_start[i], plan.block_start, 1 if i else 0]
-        block_dim = self.tile_config.block_dim
+        self._run(term, mode, kern, plan.patch_count, inputs, self.tile_config.block_dim)
+
+    def _run(self, term, mode: str, kern: wp.Kernel, grid: int, inputs: list, block_dim: int | None = None) -> None:
+        """Launch ``kern`` over ``grid`` threads, or ``grid`` blocks of ``block_dim`` (``wp.launch_tiled``), through
+        its recorded launch (recorded anew for another kernel, or once Warp marked its module modified)."""
+        key = (term.index, id(kern))
+        replay = self._replays.get(key)
         try:
-            wp.launch_tiled(kern, dim=[plan.patch_count], inputs=inputs, block_dim=block_dim, device=self.device)
-        except Exception as exc:
+            if replay is None or not replay.serves(kern, block_dim):
+                replay = self._replays[key] = _Replay(kern, grid, inputs, block_dim, self.device)
+            replay.launch(grid, inputs)
+        except Exception as exc:  # Warp generates a kernel's code at its first launch: errors at the user's line
             raise_energy_error(exc, _does_not_compile(term, mode))
             raise
 
@@ -182,15 +230,30 @@ class Assembler:
     # ------------------------------------------------------------------------------------------
 
     def energy(self, x) -> None:
-        """Element energies, summed into ``storage.energy``."""
-        lay = self.storage.ensure_layout(self.terms)
+        """Element energies, summed into ``storage.energy`` (reduced: a memset of the energy and one launch per
+        term)."""
+        st = self.storage
+        reduced = self.reduces_energy
+        lay = st.ensure_layout(self.terms, element_energies=not reduced)
+        if reduced:
+            st.energy.zero_()
+            for t in self.terms:
+                self.launch(t, "energy", [x, st.energy], reduced=True)
+            return
         for t in self.terms:
             self.launch(t, "energy", [x, lay.energy])
-        self.storage.total_energy()
+        st.total_energy()
 
     def gradient(self, x) -> None:
-        """Energy and gradient into ``storage.energy`` and ``storage.grad``."""
+        """Energy and gradient into ``storage.energy`` and ``storage.grad`` (reduced: one memset of both and one
+        launch per term)."""
         st = self.storage
+        if self.reduces_energy:
+            st.ensure_layout(self.terms, element_energies=False)
+            st.zero_gradient_and_energy()
+            for t in self.terms:
+                self.launch(t, "gradient", [x, st.energy, st.grad], reduced=True)
+            return
         lay = st.ensure_layout(self.terms)
         st.grad.zero_()
         det = st.ensure_det(self.terms, False) if self.facts.deterministic else None
@@ -267,6 +330,56 @@ class Assembler:
                 self.launch(t, "jacobian", [x, t.row_start, t.jslots, st.res, st.jac.values])
             else:
                 self.launch(t, "residual", [x, t.row_start, st.res])
+
+
+class _Replay:
+    """The recorded launch of one kernel (``wp.launch(..., record_cmd=True)``), launched again with only the arguments
+    that changed packed anew: arrays and structs by identity (a struct's fields are read at each launch), Python
+    numbers by value.
+
+    Args:
+        kernel: the kernel.
+        grid: threads (``block_dim`` None: ``wp.launch``), or thread blocks of ``block_dim`` (``wp.launch_tiled``).
+        inputs: the kernel's arguments.
+        block_dim: threads per block of a tiled launch, or None.
+        device: the device.
+    """
+
+    def __init__(self, kernel: wp.Kernel, grid: int, inputs: list, block_dim: int | None, device):
+        self.kernel = kernel
+        self.block_dim = block_dim
+        self.cpu_blocks = wp.config.enable_cpu_blocks
+        self.tiled = block_dim is not None
+        self.grid = grid
+        self.inputs = list(inputs)
+        if self.tiled:
+            self.cmd = wp.launch_tiled(kernel, dim=[grid], inputs=inputs, block_dim=block_dim, device=device,
+                                       record_cmd=True)  # fmt: skip
+        else:
+            self.cmd = wp.launch(kernel, dim=grid, inputs=inputs, device=device, record_cmd=True)
+
+    def serves(self, kernel: wp.Kernel, block_dim: int | None) -> bool:
+        """Whether this record launches ``kernel`` with ``block_dim`` as ``wp.launch`` would now: the same kernel and
+        block size, the same CPU block setting (``wp.config.enable_cpu_blocks``, which resolves CPU block sizes), its
+        module not marked modified by Warp since (``wp.launch`` would rebuild it) and the binary it holds still the
+        loaded one."""
+        cmd = self.cmd
+        return (kernel is self.kernel and block_dim == self.block_dim and self.cpu_blocks == wp.config.enable_cpu_blocks
+                and module_hashed(kernel.module)
+                and loaded_binary(kernel.module, cmd.device, cmd.block_dim) is cmd.module_exec)  # fmt: skip
+
+    def launch(self, grid: int, inputs: list) -> None:
+        """Launch over ``grid`` with ``inputs``."""
+        old = self.inputs
+        for i, value in enumerate(inputs):
+            was = old[i]
+            if value is not was and not (type(value) in (int, float) and type(was) is type(value) and value == was):
+                self.cmd.set_param_at_index(i, value)
+                old[i] = value
+        if grid != self.grid:
+            self.cmd.set_dim([grid, self.cmd.block_dim] if self.tiled else grid)
+            self.grid = grid
+        self.cmd.launch()
 
 
 def _does_not_compile(term, mode: str) -> str:

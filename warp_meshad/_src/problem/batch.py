@@ -189,6 +189,7 @@ class ProblemBatch:
         merged = Problem(int(self.offsets[-1]), p0.variable_dim, p0.dtype, p0.device,
                          deterministic=p0.deterministic if deterministic is None else deterministic,
                          assembly=p0.assembly if assembly is None else assembly, tile_config=p0.tile_config)
+        merged._assembler.element_energies = True  # every evaluation leaves the element energies summed per mesh
         self.element_offsets = []
         for k in range(len(p0.terms)):
             self._add_merged(merged, k, [p.terms[k] for p in problems])

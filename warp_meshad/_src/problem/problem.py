@@ -69,6 +69,12 @@ class Problem:
 
     Returned gradients, Hessians and products are this problem's preallocated buffers: they stay
     valid until the next evaluation of the same kind (copy them to keep them).
+
+    Energy and gradient take one memset (gradient and energy share one allocation) and one kernel launch per term:
+    each kernel sums the energies of a thread block's elements and adds the sum to the energy with one atomic add
+    per block, so on a GPU the energy's rounding may differ run to run (unless ``deterministic=True``, which sums
+    element energies in a fixed order with two more launches). Hessian evaluations sum the element energies in a
+    fixed order.
     """
 
     def __init__(
@@ -354,14 +360,16 @@ class Problem:
 
     @reported_at_the_caller
     def eval(self, x) -> float:
-        """Energy F(x) (plain values, no derivatives). An element may return +inf (invalid state)."""
+        """Energy F(x) (plain values, no derivatives): the launches of :meth:`assemble_energy`, then the energy read
+        back (waits for the device). An element may return +inf (invalid state)."""
         self._check_vector(x, "x", "eval")
         self._assembler.energy(x)
         return self._read_energy()
 
     @reported_at_the_caller
     def eval_with_gradient(self, x):
-        """Energy and gradient.
+        """Energy and gradient: the launches of :meth:`assemble_gradient`, then the energy read back (waits for
+        the device).
 
         Returns:
             (f, g): f a float, g a wp.array [variable_count] of the variable dtype (preallocated).
@@ -402,7 +410,7 @@ class Problem:
     @reported_at_the_caller
     def assemble_energy(self, x):
         """Launch the energy evaluation without waiting (the asynchronous form of :meth:`eval`; see
-        :meth:`assemble_hessian`).
+        :meth:`assemble_hessian`): a memset of the energy and one launch per term, nothing read back.
 
         Returns:
             energy: a device array of shape [1] (+inf where an element returned +inf).
@@ -413,7 +421,9 @@ class Problem:
 
     @reported_at_the_caller
     def assemble_gradient(self, x):
-        """Launch energy and gradient evaluation without waiting (see :meth:`assemble_hessian`).
+        """Launch energy and gradient evaluation without waiting (see :meth:`assemble_hessian`): one memset of
+        gradient and energy and one launch per term (see the class docstring), nothing read back, so the calls can
+        be captured in a CUDA graph.
 
         Returns:
             (energy, g): energy a device array of shape [1], g as in :meth:`eval_with_gradient`.

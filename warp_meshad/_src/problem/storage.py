@@ -81,6 +81,8 @@ class Storage:
 
     Attributes:
         energy: device array [1] of the scalar dtype (the summed energy); ``grad``: [variable_count] variables.
+            Both are views of one allocation (the gradient's numbers, then the energy), so
+            :meth:`zero_gradient_and_energy` clears them with one memset.
         hess: the Hessian ``BsrMatrix`` (after :meth:`hessian_pattern`); ``pattern`` its
             :class:`~warp_meshad._src.problem.pattern.HessianPattern` or, with interaction terms,
             :class:`~warp_meshad._src.problem.interaction.InteractionPattern`.
@@ -95,9 +97,12 @@ class Storage:
         self.block_type = block_type
         self.dtype = dtype
         self.device = device
-        self.energy = wp.zeros(1, dtype=dtype, device=device)
+        numbers = variable_count * variable_dim
+        self._grad_energy = wp.zeros(numbers + 1, dtype=dtype, device=device)
+        flat = self._grad_energy[:numbers]
+        self.grad = flat if variable_dim == 1 else flat.reshape((variable_count, variable_dim)).view(variable_type)
+        self.energy = self._grad_energy[numbers:]
         self._energy_host = wp.zeros(1, dtype=dtype, device="cpu", pinned=device.is_cuda)
-        self.grad = wp.zeros(variable_count, dtype=variable_type, device=device)
         self.hv = None
         self.hess = None
         self._hflat = None
@@ -117,14 +122,20 @@ class Storage:
         """Rebuild the layout on next use (an interaction term's capacity grew)."""
         self.layout = None
 
-    def ensure_layout(self, terms) -> Layout:
-        """Per-term offsets into the element buffers, and the element-energy buffer."""
+    def ensure_layout(self, terms, element_energies: bool = True) -> Layout:
+        """Per-term offsets into the element buffers, and the element-energy buffer.
+
+        Args:
+            element_energies: whether the next launches write element energies to the buffer (then, with an
+                interaction term, the buffer is zeroed: slots beyond its current count must read 0).
+        """
         if self.layout is None:
             if not terms:
                 raise RuntimeError("the problem has no terms: call add_term first")
             self.layout = Layout(terms, self.dtype, self.device)
         if self.layout.dynamic:
-            self.layout.energy.zero_()  # slots beyond an interaction term's current count must read 0
+            if element_energies:
+                self.layout.energy.zero_()
             check_interaction(terms, self.pattern, synced=False)  # bad elements raise once their device check is back
         return self.layout
 
@@ -199,6 +210,10 @@ class Storage:
         if self._hflat is None or self._hflat[0] is not vals:
             self._hflat = (vals, vals.view(self.dtype).flatten())
         return self._hflat[1]
+
+    def zero_gradient_and_energy(self):
+        """Set :attr:`grad` and :attr:`energy` to 0 (one memset: they share one allocation)."""
+        self._grad_energy.zero_()
 
     def total_energy(self):
         """Sum the element energies into :attr:`energy` in a fixed order (on the device)."""
