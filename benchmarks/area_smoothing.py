@@ -2,19 +2,24 @@
 
 Run on a GPU host (writes benchmarks/results/area_smoothing.json and .png, or $BENCH_OUT):
 
-    python -m benchmarks.area_smoothing --sizes 10 100 500 1000
+    python -m benchmarks.area_smoothing                  # sizes 10 100 384 708 1000 (n = 384: 293k faces, 708: 1M)
     BENCH_OUT=/tmp/bench_smoke python -m benchmarks.area_smoothing --device cpu --sizes 10 --runs 3   # CPU smoke run
 
-The energy is the total area E(x) = sum_f 1/2 |(x_1 - x_0) x (x_2 - x_0)| of ``wm.TriMesh.grid(n, n)`` with a little
-z-noise (so the gradient, the mean-curvature normal, is not zero in z), float32. Every method computes the energy and
-its gradient with respect to all vertex positions:
+The energy is the total area E(x) = sum_f 1/2 |(x_1 - x_0) x (x_2 - x_0)| of ``wm.TriMesh.grid(n, n)`` (2 (n - 1)^2
+faces) with a little z-noise (so the gradient, the mean-curvature normal, is not zero in z), float32. Every method
+computes the energy and its gradient with respect to all vertex positions:
 
 * ``warp_meshad``: ``Problem.assemble_gradient`` of the built-in ``surface_area`` energy (forward-mode duals, one
-  thread per face, atomic adds into the gradient, element energies summed by a block reduction), CUDA graph;
-* ``handwritten``: an analytic Warp kernel, one thread per face, energy to its own slot (same block reduction) and
-  ``atomic_add`` of the three vertex gradients, CUDA graph;
+  thread per face, atomic adds into the gradient, the block's energies summed in the kernel with one atomic add per
+  thread block; one memset clears gradient and energy), CUDA graph;
+* ``warp_meshad_eval``: ``Problem.eval_with_gradient`` (the same launches, then the energy read back as a float),
+  host clock: it returns what JAX's ``value_and_grad`` returns, timed the same way;
+* ``handwritten``: an analytic Warp kernel, one thread per face, ``atomic_add`` of the three vertex gradients, the
+  block's areas summed by a tile reduction with one atomic add per thread block of 256 faces (one memset clears
+  gradient and energy, which share an allocation), CUDA graph;
 * ``warp_tape``: reverse mode with ``wp.Tape`` over a Warp kernel writing each face's area to its own slot (backward
-  seeded with ones, so no single-address atomic in the forward pass), plus the same block reduction, CUDA graph;
+  seeded with ones, so no single-address atomic in the forward pass), plus a two-pass block reduction of the areas,
+  CUDA graph;
 * ``jax``: ``jit(value_and_grad)`` of the vectorized area (``block_until_ready``, host clock);
 * ``torch``: autograd (``backward``) of the vectorized area (CUDA events).
 
@@ -36,33 +41,40 @@ from benchmarks.common import setup_run, time_checked, time_host, time_torch, ti
 
 NAME = "area_smoothing"
 TOLERANCE = 1e-4  # relative Frobenius error allowed between float32 methods
-ALL = ["warp_meshad", "handwritten", "warp_tape", "jax", "torch"]
+ALL = ["warp_meshad", "warp_meshad_eval", "handwritten", "warp_tape", "jax", "torch"]
+HAND_BLOCK = 256  # faces per thread block of the hand-written kernel on a GPU
 
 
 @wp.kernel(enable_backward=False)
 def _handwritten_area(
     faces: wp.array2d(dtype=wp.int32),
     x: wp.array(dtype=wp.vec3f),
+    count: int,
     energy: wp.array(dtype=wp.float32),
     grad: wp.array(dtype=wp.vec3f),
 ):
-    # one thread per face: analytic area (to its own slot) and its gradient, atomically added to the three vertices
-    f = wp.tid()
-    i0 = faces[f, 0]
-    i1 = faces[f, 1]
-    i2 = faces[f, 2]
-    x0 = x[i0]
-    e1 = x[i1] - x0
-    e2 = x[i2] - x0
-    c = wp.cross(e1, e2)
-    l = wp.length(c)
-    energy[f] = 0.5 * l
-    n = c * (0.5 / l)  # dA/dx1 = 1/2 e2 x n, dA/dx2 = 1/2 n x e1, dA/dx0 = -(dA/dx1 + dA/dx2)
-    g1 = wp.cross(e2, n)
-    g2 = wp.cross(n, e1)
-    wp.atomic_add(grad, i1, g1)
-    wp.atomic_add(grad, i2, g2)
-    wp.atomic_sub(grad, i0, g1 + g2)
+    # a thread block per block_dim faces, a thread per face: analytic area and gradient, the gradient atomically added
+    # to the three vertices; the block's areas summed by a tile reduction and added to energy[0] (one atomic per block)
+    p, lane = wp.tid()
+    f = p * wp.block_dim() + lane
+    area = wp.float32(0.0)
+    if f < count:
+        i0 = faces[f, 0]
+        i1 = faces[f, 1]
+        i2 = faces[f, 2]
+        x0 = x[i0]
+        e1 = x[i1] - x0
+        e2 = x[i2] - x0
+        c = wp.cross(e1, e2)
+        l = wp.length(c)
+        area = 0.5 * l
+        n = c * (0.5 / l)  # dA/dx1 = 1/2 e2 x n, dA/dx2 = 1/2 n x e1, dA/dx0 = -(dA/dx1 + dA/dx2)
+        g1 = wp.cross(e2, n)
+        g2 = wp.cross(n, e1)
+        wp.atomic_add(grad, i1, g1)
+        wp.atomic_add(grad, i2, g2)
+        wp.atomic_sub(grad, i0, g1 + g2)
+    wp.tile_atomic_add(energy, wp.tile_sum(wp.tile(area)), offset=0, bounds_check=False)
 
 
 @wp.kernel
@@ -110,7 +122,8 @@ class Case:
 
 
 class _WarpReduce:
-    """Per-face energies summed with warp_meshad's block reduction (the same one Problem uses)."""
+    """Per-face energies summed with warp_meshad's two-pass block reduction (the one of Problem's deterministic
+    mode)."""
 
     def __init__(self, case: Case):
         from warp_meshad._src.problem.reduce import partial_count
@@ -130,13 +143,17 @@ class _WarpReduce:
 # returns (energy float, gradient numpy (n, 3)) of the last run; ``timer(run, runs)`` returns times in ms.
 
 
-def setup_warp_meshad(case: Case):
+def _area_problem(case: Case):
     import warp_meshad as wm
     from warp_meshad.kernels.energies import surface_area
 
     problem = wm.Problem(case.vertex_count, 3, dtype=wp.float32, device=case.device)
     problem.add_term(case.mesh.faces, surface_area)
-    energy_name = "surface_area"
+    return problem
+
+
+def setup_warp_meshad(case: Case):
+    problem = _area_problem(case)
     out = {}
 
     def run():
@@ -145,23 +162,42 @@ def setup_warp_meshad(case: Case):
     def result():
         return float(out["e"].numpy()[0]), out["g"].numpy().copy()
 
-    return run, result, lambda fn, runs: time_warp(fn, case.device, runs), {"energy": energy_name}
+    extras = {"energy": "surface_area", "call": "assemble_gradient, CUDA graph", "face_count": case.face_count}
+    return run, result, lambda fn, runs: time_warp(fn, case.device, runs), extras
+
+
+def setup_warp_meshad_eval(case: Case):
+    problem = _area_problem(case)
+    out = {}
+
+    def run():
+        out["e"], out["g"] = problem.eval_with_gradient(case.x)  # waits for the device: the energy is a float
+
+    def result():
+        return out["e"], out["g"].numpy().copy()
+
+    extras = {"energy": "surface_area", "call": "eval_with_gradient, host clock", "face_count": case.face_count}
+    return run, result, lambda fn, runs: time_host(fn, runs), extras
 
 
 def setup_handwritten(case: Case):
-    e_face = wp.zeros(case.face_count, dtype=wp.float32, device=case.device)
-    g = wp.zeros(case.vertex_count, dtype=wp.vec3f, device=case.device)
-    reduce = _WarpReduce(case)
+    nv, dev = case.vertex_count, case.device
+    out = wp.zeros(3 * nv + 1, dtype=wp.float32, device=dev)  # gradient and energy in one allocation: one memset
+    g = out[: 3 * nv].reshape((nv, 3)).view(wp.vec3f)
+    energy = out[3 * nv :]
+    block = HAND_BLOCK if dev.is_cuda else 1  # CPU blocks run one lane (without wp.config.enable_cpu_blocks)
+    blocks = (case.face_count + block - 1) // block
 
     def run():
-        g.zero_()
-        wp.launch(_handwritten_area, dim=case.face_count, inputs=[case.faces, case.x, e_face, g], device=case.device)
-        reduce(e_face)
+        out.zero_()
+        wp.launch_tiled(_handwritten_area, dim=[blocks], inputs=[case.faces, case.x, case.face_count, energy, g],
+                        block_dim=block, device=dev)  # fmt: skip
 
     def result():
-        return float(reduce.total.numpy()[0]), g.numpy().copy()
+        return float(energy.numpy()[0]), g.numpy().copy()
 
-    return run, result, lambda fn, runs: time_warp(fn, case.device, runs), {}
+    extras = {"face_count": case.face_count, "block_dim": block}
+    return run, result, lambda fn, runs: time_warp(fn, dev, runs), extras
 
 
 def setup_warp_tape(case: Case):
@@ -244,6 +280,7 @@ class _Skip(Exception):
 
 SETUP = {
     "warp_meshad": setup_warp_meshad,
+    "warp_meshad_eval": setup_warp_meshad_eval,
     "handwritten": setup_handwritten,
     "warp_tape": setup_warp_tape,
     "jax": setup_jax,
@@ -301,7 +338,7 @@ def run_size(n, device, methods, runs, records):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 500, 1000])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 384, 708, 1000])
     ap.add_argument("--device", default=None)
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--methods", nargs="+", default=ALL, choices=ALL)
