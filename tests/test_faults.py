@@ -201,6 +201,18 @@ def test_ctrl_c_while_writing_the_outputs_leaves_the_earlier_run_as_it_was(tmp_p
     assert verify_outputs(out, ["final.obj", "metrics.json"])[1] == ""
 
 
+def test_a_signal_while_the_outputs_are_put_in_place_takes_effect_after_them(tmp_path):
+    """SIGTERM when the manifest is written (the renames are done): the commit runs whole, then the run ends with
+    143 and says that its outputs are complete."""
+    out = tmp_path / "out"
+    rc, lines = _cli(["run", *CLOTH, "--output", str(out), "-q"], tmp_path,
+                     ["--signal-on", ".manifest.", "--signal", "TERM"])
+    assert rc == 143, lines
+    assert _one_line(lines) == (f"warp-meshad: interrupted by SIGTERM: cloth/hanging had finished; its outputs in "
+                                f"{out} are complete")
+    assert _names(out) == OUTPUTS and verify_outputs(out, ["final.obj", "metrics.json"])[1] == ""
+
+
 def test_ctrl_c_during_a_batch_keeps_the_finished_meshes_and_a_rerun_resumes(tmp_path, capsys):
     """Ctrl-C while the second of three meshes writes its outputs: exit 130, one line (1 of 3 finished), the first
     mesh complete, the second's folder empty, summary.csv with the first; a rerun runs only the other two."""

@@ -99,11 +99,12 @@ class _StepClock:
 
 
 def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: ModuleLoads, clock: _StepClock,
-            check: bool, log, messages: list, plot: bool = True) -> RunReport:
+            check: bool, log, messages: list, plot: bool = True, state: dict | None = None) -> RunReport:
     """Check the app after its run, write its outputs (final mesh, convergence plot unless ``plot`` is False,
     screenshot, metrics.json, then the manifest) as one :class:`OutputSet` and return the report; a
     ``check_final`` failure is raised after the outputs are written. The screenshot's child process renders while this
-    one writes the mesh and the plot.
+    one writes the mesh and the plot. ``state["phase"]`` becomes ``"done"`` once the outputs are in place (a signal
+    that came while they were renamed takes effect just after).
 
     Raises:
         OutputWriteError: an output could not be written (nothing of this run is left in ``out``).
@@ -165,7 +166,11 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
             metrics["compile"] = json_safe({**loads.summary(), **clock.summary()})
             outputs.write("metrics.json", lambda tmp: write_metrics(tmp, metrics))
             kinds["metrics"] = "metrics.json"
-            paths = outputs.commit({"app": app.name, "scene": config.scene, "check_final": status})
+            try:
+                paths = outputs.commit({"app": app.name, "scene": config.scene, "check_final": status})
+            finally:
+                if outputs.committed and state is not None:
+                    state["phase"] = "done"
         except OSError as exc:  # one not raised by a write of the set (the screenshot's scene file): name its file
             if isinstance(exc, OutputWriteError):
                 raise
@@ -304,9 +309,7 @@ def _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state) -
     if loads.compiled:
         log(loads.describe())
     state["phase"] = "outputs"
-    report = _finish(app, config, out, times, loads, clock, check, log, messages, plot)
-    state["phase"] = "done"
-    return report
+    return _finish(app, config, out, times, loads, clock, check, log, messages, plot, state)
 
 
 def _resolved(prepared):
