@@ -161,7 +161,7 @@ def _coincident(path: pathlib.Path, source: pathlib.Path, face: int) -> pathlib.
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_during_the_steps_ends_the_run_with_one_line_and_writes_nothing(sig, tmp_path):
     """Ctrl-C (SIGINT to the process group) or SIGTERM while the cloth steps: exit 130 / 143, one line saying how many
     steps were finished and how to start again, and an empty output folder (no outputs, no temporary file, no
