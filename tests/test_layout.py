@@ -1,6 +1,6 @@
 """The layout's promises: apps and examples use only public modules, benchmarks only a listed set of private names,
-importing warp_meshad stays light, no module import cycle exists, and no private member of a solver class is used outside its module (every module imports first in a fresh process,
-in sorted and in reversed order)."""
+importing warp_meshad stays light, no module import cycle exists (every module imports first in a fresh process, in
+sorted and in reversed order), and no private member of a solver class is used outside its module."""
 
 import ast
 import json
