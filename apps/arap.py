@@ -222,7 +222,7 @@ class App(_AppBase):
         self.problem = wm.Problem(n, 3, wp.float64, dev, deterministic=self.config.deterministic)
         self.problem.add_term(edges, arap, data, name="arap")
         # E is quadratic in x' with the PSD Hessian 2 L (x) I (even where cotangent weights are negative): no projection
-        self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=False,
+        self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, projection=None,
                                       fixed=self.pinned)
         self.start_energy = self.problem.eval(self.x)
         # sum_e |w_e| |x_a - x_b|^2: the size of E for O(1) strains, the scale of round-off tolerances

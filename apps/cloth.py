@@ -193,8 +193,8 @@ class App(_AppBase):
         fixed = self.pinned if self.pinned.size else None
         if c.solver == "newton":
             self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver,
-                                          project_hessian=c.project_hessian, fixed=fixed, step_bound_fn=bound,
-                                          keep_start_factors=c.keep_start_factors)
+                                          projection=wm.Projection() if c.project_hessian else None, fixed=fixed,
+                                          step_bound_fn=bound, keep_start_factors=c.keep_start_factors)
         else:
             self.solver = wm.NewtonCGSolver(self.problem, fixed=fixed, step_bound_fn=bound)
 

@@ -264,7 +264,8 @@ class App(_AppBase):
         self.inertia = add_inertia_gravity(self.problem, mesh.vertex_indices, self.x, self.masses, c.gravity,
                                            c.time_step)
 
-        self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=c.project_hessian,
+        self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver,
+                                      projection=wm.Projection() if c.project_hessian else None,
                                       fixed=self.pinned if self.pinned.size else None,
                                       device_loop=c.device_loop_option(dev),
                                       keep_start_factors=c.keep_start_factors)

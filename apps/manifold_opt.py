@@ -241,7 +241,7 @@ class App(_AppBase):
         self.problem = wm.Problem(n, 2, wp.float64, dev, deterministic=self.config.deterministic)
         self.problem.add_term(mesh.faces, sphere_embedding, data, name="sphere_embedding")
         if c.solver == "newton":
-            self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=True,
+            self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, projection=wm.Projection(),
                                           device_loop=c.device_loop_option(dev))
         else:
             self.solver = wm.LBFGSSolver(self.problem, history=c.history, initial_step=c.step_size,

@@ -190,8 +190,8 @@ class App(_AppBase):
                              f"{c.mesh}), got {c.pin_vertex}")
         self.pinned = None if c.pin_vertex is None else np.array([c.pin_vertex], dtype=np.int32)
         if c.solver == "newton":
-            self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver, project_hessian=True,
-                                          projection=c.projection, projection_eps=c.projection_eps,
+            self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver,
+                                          projection=wm.Projection(mode=c.projection, eps=c.projection_eps),
                                           fixed=self.pinned, device_loop=c.device_loop_option(dev),
                                           hessian_shift=c.hessian_shift)
         else:
@@ -223,8 +223,9 @@ class App(_AppBase):
         if c.solver != "newton":
             return None
         return BatchStepParts(self.problem, self.uv, self.pinned,
-                              {"linear_solver": c.linear_solver, "project_hessian": True, "projection": c.projection,
-                               "projection_eps": c.projection_eps, "hessian_shift": c.hessian_shift},
+                              {"linear_solver": c.linear_solver,
+                               "projection": wm.Projection(mode=c.projection, eps=c.projection_eps),
+                               "hessian_shift": c.hessian_shift},
                               self._solve_options())
 
     def finish_batch_step(self, result, seconds: float, cpu_seconds: float) -> dict:

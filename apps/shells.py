@@ -255,9 +255,9 @@ class App(_AppBase):
         self.linear_solver = wm.make_linear_solver(c.linear_solver, device=dev, **options)
         hooks = wm.NewtonHooks(before_derivatives=self._find_pairs, line_search_energy=self._swept_energy,
                             stop=self._small_step)
-        self.solver = wm.NewtonSolver(p, linear_solver=self.linear_solver, shrink=0.5,
-                                      max_line_search_tries=c.max_line_search_tries, step_bound_fn=self._ccd_bound,
-                                      hooks=hooks)
+        self.solver = wm.NewtonSolver(p, linear_solver=self.linear_solver,
+                                      line_search=wm.LineSearch(shrink=0.5, tries=c.max_line_search_tries),
+                                      step_bound_fn=self._ccd_bound, hooks=hooks)
         self._swept = None  # the pairs of the current line search's swept broad phase
         self._max_pairs = (0, 0)  # the most pairs (point-triangle, edge-edge) found in this step
         self.pair_counts: list[tuple[int, int]] = []

@@ -67,7 +67,7 @@ def probe(name, problem, x0, device, fixed=None) -> dict:
     undo = [(linear.CudssSolver, "_direct_solver", _counted(linear.CudssSolver, "_direct_solver", counts, "plans")),
             (linear.CudssSolver, "_build", _counted(linear.CudssSolver, "_build", counts, "csr_builds"))]
     try:
-        solver = wm.NewtonSolver(problem, linear_solver="cudss", project_hessian=True, fixed=fixed)
+        solver = wm.NewtonSolver(problem, linear_solver="cudss", projection=wm.Projection(), fixed=fixed)
         infos = []
         backend_solve = solver.linear_solver.solve
 

@@ -201,7 +201,7 @@ def test_deterministic_is_refused_where_contact_terms_have_no_such_assembly():
 
 
 def test_device_loop_auto_is_the_captured_loop_on_cuda_only_for_apps_that_take_it():
-    from warp_meshad._src.solve.device_loop import DeviceLoop
+    from warp_meshad._src.solve.options import DeviceLoop
 
     param = small(ROOT / "configs" / "param" / "bunny_cut.yaml")
     arap = small(sorted((ROOT / "configs" / "arap").glob("*.yaml"))[0])

@@ -15,7 +15,7 @@ import warp as wp
 
 from warp_meshad._src.problem.problem import Problem
 from warp_meshad._src.solve import device_loop
-from warp_meshad._src.solve.device_loop import DeviceLoop
+from warp_meshad._src.solve.options import DeviceLoop
 from warp_meshad._src.solve.linear import ScipySolver
 from warp_meshad._src.solve.linear.base import _residual_norm
 from warp_meshad._src.solve.solvers import NewtonHooks, NewtonSolver
@@ -94,10 +94,10 @@ def test_backtracking_through_inf_same_as_host(device, monkeypatch, tolerances):
     problem, x0 = barrier_problem(device)
     seen = trial_energies(problem, monkeypatch)
     kwargs = dict(max_iterations=12, tolerance=tolerance, energy_tolerance=energy_tolerance)
-    host = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, **kwargs)
+    host = NewtonSolver(problem, linear_solver="scipy", projection=None).solve(x0, **kwargs)
     assert np.isinf(seen).any() and max(host.line_search_tries) >= 5  # the first step backtracks through +inf
     evaluations = len(seen)
-    dev = NewtonSolver(problem, linear_solver="scipy", project_hessian=False, device_loop=True).solve(x0, **kwargs)
+    dev = NewtonSolver(problem, linear_solver="scipy", projection=None, device_loop=True).solve(x0, **kwargs)
     assert_same_solve(host, dev)
     assert len(seen) == evaluations  # the device loop's trial energies stay on the device
     assert set(dev.time_ms) >= {"derivatives", "linear_solve", "line_search", "total"}
@@ -105,7 +105,7 @@ def test_backtracking_through_inf_same_as_host(device, monkeypatch, tolerances):
 
 def test_at_most_one_read_per_iteration(device, reads):
     problem, x0 = barrier_problem(device)
-    result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False, device_loop=True).solve(
+    result = NewtonSolver(problem, linear_solver="scipy", projection=None, device_loop=True).solve(
         x0, max_iterations=12, tolerance=1e-10)
     assert result.line_search_tries[0] >= 5  # a backtracking step, within one slot's 8 trials
     # one read per evaluated point (the start and each step) and one for the history at the end
@@ -115,8 +115,8 @@ def test_at_most_one_read_per_iteration(device, reads):
 def test_line_search_continued_over_slots_same_as_host(device, reads):
     problem, x0 = barrier_problem(device)
     kwargs = dict(max_iterations=12, tolerance=1e-10)
-    host = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, **kwargs)
-    dev = NewtonSolver(problem, linear_solver="scipy", project_hessian=False,
+    host = NewtonSolver(problem, linear_solver="scipy", projection=None).solve(x0, **kwargs)
+    dev = NewtonSolver(problem, linear_solver="scipy", projection=None,
                        device_loop=DeviceLoop(trials=2)).solve(x0, **kwargs)
     assert_same_solve(host, dev)
     extra = sum((tries - 1) // 2 for tries in host.line_search_tries)  # slots that only go on with a line search
@@ -126,14 +126,14 @@ def test_line_search_continued_over_slots_same_as_host(device, reads):
 def test_no_read_before_the_end_with_poll_false(device, reads):
     problem, x0 = barrier_problem(device)
     kwargs = dict(max_iterations=6, tolerance=0.0, energy_tolerance=0.0)
-    host = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, **kwargs)
-    dev = NewtonSolver(problem, linear_solver="scipy", project_hessian=False,
+    host = NewtonSolver(problem, linear_solver="scipy", projection=None).solve(x0, **kwargs)
+    dev = NewtonSolver(problem, linear_solver="scipy", projection=None,
                        device_loop=DeviceLoop(poll=False)).solve(x0, **kwargs)
     assert_same_solve(host, dev)
     assert reads[0] == 1
     # converged before the cap: the slots queued after the stop change nothing
-    host = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, max_iterations=20)
-    dev = NewtonSolver(problem, linear_solver="scipy", project_hessian=False,
+    host = NewtonSolver(problem, linear_solver="scipy", projection=None).solve(x0, max_iterations=20)
+    dev = NewtonSolver(problem, linear_solver="scipy", projection=None,
                        device_loop=DeviceLoop(poll=False)).solve(x0, max_iterations=20)
     assert host.converged and host.iterations < 20
     assert_same_solve(host, dev)
@@ -166,13 +166,13 @@ def test_projected_newton_on_woody_same_as_host(woody, max_iterations):
 def test_fallbacks_same_as_host(device):
     problem, K, rhs, x0 = quadratic_problem(seed=7, device=device, stiffness=-5.0)  # H negative definite: d ascends
     kwargs = dict(max_iterations=2)
-    host, dev = (NewtonSolver(problem, linear_solver="scipy", project_hessian=False, device_loop=loop).solve(
+    host, dev = (NewtonSolver(problem, linear_solver="scipy", projection=None, device_loop=loop).solve(
         x0, **kwargs) for loop in (False, True))
     assert host.fallback_reasons == {"not_descent_direction": 2}
     assert_same_solve(host, dev)
     problem, K, rhs, x0 = quadratic_problem(seed=8, device=device)
     kwargs = dict(max_iterations=3, tolerance=0.0, energy_tolerance=0.0)
-    host, dev = (NewtonSolver(problem, linear_solver=_FailingSolver(), project_hessian=False, device_loop=loop).solve(
+    host, dev = (NewtonSolver(problem, linear_solver=_FailingSolver(), projection=None, device_loop=loop).solve(
         x0, **kwargs) for loop in (False, True))
     assert host.fallback_reasons == {"linear_solve_failed": 3}
     assert_same_solve(host, dev)
@@ -256,28 +256,30 @@ def test_callback_and_refusals(device):
     problem, x0 = barrier_problem(device)
     calls = {False: [], True: []}
     for loop in (False, True):
-        result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False, device_loop=loop).solve(
+        result = NewtonSolver(problem, linear_solver="scipy", projection=None, device_loop=loop).solve(
             x0, callback=lambda i, x, f, loop=loop: calls[loop].append((i, f, x.numpy().copy())) or i == 2)
         assert result.reason == "callback" and result.iterations == 2
     for (i, f, x), (j, g, y) in zip(calls[False], calls[True], strict=True):
         assert i == j
         np.testing.assert_allclose(g, f, rtol=1e-12)
         np.testing.assert_allclose(y, x, rtol=1e-12)
-    with pytest.raises(ValueError, match=r"device_loop: expected no host-side steps .*got hooks.stop, step_bound_fn"):
+    with pytest.raises(ValueError, match=r"NewtonSolver: incompatible options: device_loop with hooks.stop: .*; "
+                                         r"device_loop with step_bound_fn: "):
         NewtonSolver(problem, linear_solver="scipy", device_loop=True, hooks=NewtonHooks(stop=lambda x, d: None),
                      step_bound_fn=lambda x, d: 1.0)
     if problem.device.is_cuda:
-        with pytest.raises(ValueError, match="expected no host-side steps .*got hooks.before_derivatives"):
+        with pytest.raises(ValueError, match=r"DeviceLoop\(capture=True\) with hooks.before_derivatives: "):
             NewtonSolver(problem, linear_solver="scipy", device_loop=DeviceLoop(capture=True),
                          hooks=NewtonHooks(before_derivatives=lambda x: None))
     else:
-        with pytest.raises(ValueError, match=r"capture=True\): expected a problem on a CUDA device, got cpu"):
+        with pytest.raises(ValueError, match=r"DeviceLoop\(capture=True\) with a problem on cpu: CUDA graphs need a "
+                                             r"CUDA device"):
             NewtonSolver(problem, linear_solver="scipy", device_loop=DeviceLoop(capture=True))
     with pytest.raises(ValueError, match=r"DeviceLoop\(trials=...\): expected an int >= 1, got 0"):
         DeviceLoop(trials=0)
     with pytest.raises(TypeError, match="device_loop: expected a bool or a DeviceLoop, got str"):
         NewtonSolver(problem, linear_solver="scipy", device_loop="yes")
-    with pytest.raises(ValueError, match=r"callback: expected None with DeviceLoop\(poll=False\)"):
+    with pytest.raises(ValueError, match=r"DeviceLoop\(poll=False\) with callback: "):
         NewtonSolver(problem, linear_solver="scipy", device_loop=DeviceLoop(poll=False)).solve(
             x0, callback=lambda i, x, f: None)
 
@@ -347,8 +349,8 @@ def test_captured_line_search_backtracks_same_as_host(conditional, reads):
     search on (once), while ``trials`` per slot hands on every line search that needs more, as often as it needs."""
     problem, x0 = barrier_problem("cuda:0")
     kwargs = dict(max_iterations=12, tolerance=1e-10)
-    host = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, **kwargs)
-    solver = NewtonSolver(problem, linear_solver="scipy", project_hessian=False,
+    host = NewtonSolver(problem, linear_solver="scipy", projection=None).solve(x0, **kwargs)
+    solver = NewtonSolver(problem, linear_solver="scipy", projection=None,
                           device_loop=DeviceLoop(capture=True, trials=2, conditional=conditional))
     reads[0] = 0
     dev = solver.solve(x0, **kwargs)

@@ -15,7 +15,7 @@ import warp as wp
 
 import warp_meshad as wm
 from warp_meshad._src.solve import device_loop, first_order_loop
-from warp_meshad._src.solve.device_loop import DeviceLoop
+from warp_meshad._src.solve.options import DeviceLoop
 from warp_meshad.kernels import ad
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -170,7 +170,7 @@ def test_stop_reasons_same_as_host(device, case):
     elif case == "max_iterations_zero":
         solve["max_iterations"] = 0
     elif case == "line_search_failed":
-        kwargs["max_line_search_tries"] = 1
+        kwargs["line_search"] = wm.LineSearch(tries=1)
         kwargs["initial_step"] = 50.0
     elif case == "non_finite_energy":
         problem, x0 = barrier_problem(device)

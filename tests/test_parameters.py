@@ -203,7 +203,7 @@ def test_implicit_gradient_matches_finite_differences_of_the_whole_solve():
     np.testing.assert_allclose(both, np.stack([grad, 2.0 * grad]), rtol=1e-9, atol=1e-14)
     # the solve's own back-end, its factors reused: an exact Newton solve that stopped on its decrement factored
     # H(x*) last, so they give the same gradient without a factorization (a projected one would give an approximation)
-    newton = wm.NewtonSolver(p, linear_solver="qdldl", fixed=top, project_hessian=False)
+    newton = wm.NewtonSolver(p, linear_solver="qdldl", fixed=top, projection=None)
     x_star2 = solve(p, X, top, newton)
     _, dL2 = loss(x_star2)
     ref = wm.implicit_gradient(p, x_star2, dL2, fixed=top)

@@ -17,6 +17,7 @@ import warp as wp
 from warp_meshad._src.solve import linear as linear
 from warp_meshad._src.solve.linear import LinearSolveError, LinearSolver, registry
 from warp_meshad._src.problem.problem import Problem
+from warp_meshad._src.solve.options import LineSearch, Projection
 from warp_meshad._src.solve.solvers import (
     GaussNewtonSolver,
     GradientDescentSolver,
@@ -87,7 +88,7 @@ def quadratic_problem(n=8, seed=0, device="cpu", stiffness=None):
 def test_quadratic_converges_in_one_newton_step(device):
     problem, K, rhs, x0 = quadratic_problem(device=device)
     x0_np = x0.numpy().copy()
-    result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, tolerance=1e-10)
+    result = NewtonSolver(problem, linear_solver="scipy", projection=None).solve(x0, tolerance=1e-10)
     assert isinstance(result, SolveResult)
     assert result.converged and result.iterations == 1, (result.iterations, result.reason)
     assert result.reason in ("gradient_norm", "newton_decrement")
@@ -107,7 +108,7 @@ def test_hessian_shift_solves_the_shifted_system(device, device_loop):
     accepted, so one iteration lands on x0 - (K + sigma I)^-1 (K x0 - rhs), in the host and the device loop."""
     problem, K, rhs, x0 = quadratic_problem(device=device)
     sigma = 0.5
-    result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False, hessian_shift=sigma,
+    result = NewtonSolver(problem, linear_solver="scipy", projection=None, hessian_shift=sigma,
                           device_loop=device_loop).solve(x0, max_iterations=1, tolerance=0.0)
     assert result.iterations == 1 and result.step_sizes == [1.0]
     x = x0.numpy()
@@ -139,7 +140,7 @@ def test_hessian_shift_with_projection_asks_cudss_for_cholesky(monkeypatch):
     NewtonSolver(problem, linear_solver="cudss", hessian_shift=1e-8)
     NewtonSolver(problem, linear_solver="auto", hessian_shift=1e-8, linear_solver_options={"matrix_type": "general"})
     NewtonSolver(problem, linear_solver="cudss")
-    NewtonSolver(problem, linear_solver="cudss", project_hessian=False, hessian_shift=1e-8)
+    NewtonSolver(problem, linear_solver="cudss", projection=None, hessian_shift=1e-8)
     assert [o.get("matrix_type") for o in seen] == ["spd_or_general", "general", None, None]
 
 
@@ -171,8 +172,8 @@ def test_newton_hooks_run_in_order_and_steer_the_loop(device):
         return "second_point" if len(points) == 2 else None
 
     hooks = NewtonHooks(before_derivatives=before_derivatives, line_search_energy=line_search_energy, stop=stop)
-    solver = NewtonSolver(problem, linear_solver="scipy", project_hessian=False, shrink=0.5, step_bound_fn=step_bound,
-                          hooks=hooks)
+    solver = NewtonSolver(problem, linear_solver="scipy", projection=None, line_search=LineSearch(shrink=0.5),
+                          step_bound_fn=step_bound, hooks=hooks)
     result = solver.solve(x0, tolerance=0.0, gradient_tolerance=0.0, energy_tolerance=0.0)
     assert order == ["before_derivatives", "stop", "line_search_energy", "step_bound", "before_derivatives", "stop"]
     assert result.converged and result.reason == "second_point" and result.iterations == 1
@@ -182,7 +183,7 @@ def test_newton_hooks_run_in_order_and_steer_the_loop(device):
     np.testing.assert_allclose(points[0], x0.numpy())
     np.testing.assert_allclose(points[1], x_half, rtol=1e-10, atol=1e-12)
     assert result.time_ms["before_derivatives"] >= 0.0
-    plain = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, max_iterations=1)
+    plain = NewtonSolver(problem, linear_solver="scipy", projection=None).solve(x0, max_iterations=1)
     assert "before_derivatives" not in plain.time_ms
     with pytest.raises(TypeError, match="hooks: expected a NewtonHooks or None, got dict"):
         NewtonSolver(problem, hooks={"stop": stop})
@@ -191,7 +192,7 @@ def test_newton_hooks_run_in_order_and_steer_the_loop(device):
 def test_pins_never_move_and_free_part_is_optimal(device):
     problem, K, rhs, x0 = quadratic_problem(seed=1, device=device)
     fixed = [0, 5]
-    result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False, fixed=fixed).solve(x0, tolerance=1e-10)
+    result = NewtonSolver(problem, linear_solver="scipy", projection=None, fixed=fixed).solve(x0, tolerance=1e-10)
     assert result.converged
     x = result.x.numpy()
     np.testing.assert_array_equal(x[fixed], x0.numpy()[fixed])
@@ -225,19 +226,20 @@ def test_stopping_rules_non_finite_and_caps(device):
                                          r"variable, first x\[2\]"):
         NewtonSolver(problem, linear_solver="scipy").solve(wp.array(bad, dtype=wp.vec3d, device=device))
     # asked not to check, the solve starts and stops on its first non-finite evaluation
-    result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(
+    result = NewtonSolver(problem, linear_solver="scipy", projection=None).solve(
         wp.array(bad, dtype=wp.vec3d, device=device), check_finite=False)
     assert not result.converged and result.reason in ("non_finite_energy", "non_finite_gradient")
     assert result.iterations == 0
-    result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, max_iterations=0)
+    result = NewtonSolver(problem, linear_solver="scipy", projection=None).solve(x0, max_iterations=0)
     assert result.reason == "max_iterations" and result.iterations == 0 and len(result.energies) == 1
     stops = []
     result = NewtonCGSolver(problem, cg_maxiter=2).solve(
         x0, tolerance=0.0, energy_tolerance=0.0, callback=lambda i, x, f: stops.append(i) or i == 2
     )
     assert result.reason == "callback" and stops == [1, 2]
-    with pytest.raises(ValueError, match="projection"):
-        NewtonSolver(problem, projection="flip")
+    with pytest.raises(TypeError, match=r"NewtonSolver\(projection=...\): expected a Projection or None, got 'clamp' "
+                                        r"\(Projection\(mode=...\) holds the mode\)"):
+        NewtonSolver(problem, projection="clamp")
     with pytest.raises(ValueError, match=r"x: expected shape \(8,\), got \(3,\)"):
         NewtonSolver(problem, linear_solver="scipy").solve(wp.zeros(3, dtype=wp.vec3d, device=device))
     with pytest.raises(ValueError, match="cg_maxiter: expected an int >= 1 or None, got 0"):
@@ -351,7 +353,7 @@ def _assert_monotone(energies):
 def test_projected_newton_symmetric_dirichlet_woody(woody):
     problem, F, uv, area = woody
     x0 = wp.array(uv, dtype=wp.vec2d, device=problem.device)
-    result = NewtonSolver(problem, linear_solver="scipy", project_hessian=True).solve(x0, max_iterations=50,
+    result = NewtonSolver(problem, linear_solver="scipy", projection=Projection()).solve(x0, max_iterations=50,
                                                                                     tolerance=1e-6)
     assert result.converged, result.reason
     _assert_monotone(result.energies)
@@ -438,18 +440,18 @@ def test_newton_direction_that_ascends_falls_back_to_minus_g_and_is_counted(devi
     # d . g = -g^T H^-1 g > 0, an ascent direction; the iteration steps along -g instead and says so
     problem, K, rhs, x0 = quadratic_problem(seed=7, device=device, stiffness=-5.0)
     assert np.linalg.eigvalsh(K).max() < 0.0
-    result = NewtonSolver(problem, linear_solver="scipy", project_hessian=False).solve(x0, max_iterations=2)
+    result = NewtonSolver(problem, linear_solver="scipy", projection=None).solve(x0, max_iterations=2)
     assert result.iterations == 2 and result.energies[-1] < result.energies[0]
     assert result.steepest_descent_fallbacks == 2 and result.fallback_reasons == {"not_descent_direction": 2}
     assert result.linear_converged == [True, True] and result.linear_solves_capped == 0  # the solves were fine
     # projected, the Hessian is PSD: Newton's own direction descends, nothing falls back
-    projected = NewtonSolver(problem, linear_solver="scipy", project_hessian=True).solve(x0, max_iterations=1)
+    projected = NewtonSolver(problem, linear_solver="scipy", projection=Projection()).solve(x0, max_iterations=1)
     assert projected.steepest_descent_fallbacks == 0 and projected.fallback_reasons == {}
 
 
 def test_failed_linear_solve_falls_back_to_minus_g_and_is_counted(device):
     problem, K, rhs, x0 = quadratic_problem(seed=8, device=device)
-    result = NewtonSolver(problem, linear_solver=_FailingSolver(), project_hessian=False).solve(
+    result = NewtonSolver(problem, linear_solver=_FailingSolver(), projection=None).solve(
         x0, max_iterations=3, tolerance=0.0, energy_tolerance=0.0)
     # the solve goes on along -g (it used to stop with reason "linear_solve_failed")
     assert result.iterations == 3 and result.reason == "max_iterations"
@@ -571,7 +573,7 @@ def test_keep_start_factors_solves_a_run_that_starts_at_the_factored_point_witho
         problem, _, _, x0 = quadratic_problem(device=device)
         data = problem.terms[0].data
         targets = data.target.numpy()
-        solver = NewtonSolver(problem, linear_solver="scipy", project_hessian=False, keep_start_factors=keep,
+        solver = NewtonSolver(problem, linear_solver="scipy", projection=None, keep_start_factors=keep,
                               device_loop=device_loop)
         counts = _counting_backend(solver.linear_solver)
         x, results = x0, []

@@ -20,7 +20,7 @@ from ._src.solve.implicit import implicit_gradient
 from ._src.problem.problem import Problem
 from ._src.problem.batch import ProblemBatch
 from ._src.solve.batch_solver import BatchNewtonSolver, BatchSolveResult
-from ._src.solve.device_loop import DeviceLoop
+from ._src.solve.options import DeviceLoop, LineSearch, Projection
 from ._src.problem.tiled import TileConfig
 from ._src.solve.solvers import (
     GaussNewtonSolver,
@@ -43,6 +43,7 @@ __all__ = [
     "GaussNewtonSolver",
     "GradientDescentSolver",
     "LBFGSSolver",
+    "LineSearch",
     "LinearSolveError",
     "LinearSolveInfo",
     "LinearSolver",
@@ -52,6 +53,7 @@ __all__ = [
     "NewtonSolver",
     "Problem",
     "ProblemBatch",
+    "Projection",
     "SolveResult",
     "TetMesh",
     "TileConfig",

@@ -20,8 +20,8 @@ from typing import ClassVar, Literal, Optional, Union
 import warp as wp
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from warp_meshad._src.solve.device_loop import DeviceLoop
 from warp_meshad._src.solve.linear import LINEAR_SOLVER_NAMES
+from warp_meshad._src.solve.options import DeviceLoop
 
 __all__ = ["AppConfig", "ConfigError", "ConfigModel", "GridConfig", "apply_overrides", "check_config",
            "finish_config", "key_origin", "shown"]

@@ -5,6 +5,8 @@
   functions for the device loops (``device.py``).
 - ``solvers``: the host loop (``_Driver.solve``) and its solvers (Newton / projected Newton, Gauss-Newton,
   Newton-CG, L-BFGS, gradient descent), ``SolveResult``, and ``NewtonHooks`` (contact refresh, trial energy, stop test).
+- ``options``: the grouped options (``LineSearch``, ``Projection``, ``DeviceLoop``) and ``check_compatible``, the one
+  place that refuses options which cannot work together.
 - ``device_loop`` (+ ``device_loop_kernels``): the Newton loop with its decisions on the device (``NewtonSolver(...,
   device_loop=True)``): at most one small host read per iteration, CUDA graphs with ``DeviceLoop(capture=True)``.
 - ``first_order_loop`` (+ ``first_order_kernels``): L-BFGS's and gradient descent's loop on the device

@@ -27,14 +27,14 @@ from warp_meshad._src.problem.batch import ProblemBatch
 from warp_meshad._src.solve import policy
 from warp_meshad._src.solve.constraints import fixed_indices
 from warp_meshad._src.solve.linear import LinearSolveError, LinearSolver
-from warp_meshad._src.solve.line_search import check_armijo_settings
-from warp_meshad._src.solve.solvers import (
-    NewtonSolver,
-    SolveResult,
-    _check_projection,
-    check_hessian_shift,
-    solve_tolerances,
+from warp_meshad._src.solve.options import (
+    LineSearch,
+    Projection,
+    check_compatible,
+    check_line_search,
+    check_projection,
 )
+from warp_meshad._src.solve.solvers import NewtonSolver, SolveResult, check_hessian_shift, solve_tolerances
 from warp_meshad._src.solve.vector_ops import check_finite_variables
 
 __all__ = ["BatchNewtonSolver", "BatchSolveResult"]
@@ -169,9 +169,10 @@ class BatchNewtonSolver:
         linear_solver: back-end name or :class:`~warp_meshad.LinearSolver` (``"auto"``: cuDSS on a GPU where
             installed); it factors the block-diagonal system of all meshes. A ``LinearSolver`` instance is used for
             the first batch only; the compacted batches get new back-ends of its name.
-        project_hessian, projection, projection_eps, hessian_shift: as :class:`~warp_meshad.NewtonSolver`.
+        projection, hessian_shift: as :class:`~warp_meshad.NewtonSolver`.
         fixed: per mesh, the indices of its pinned variables (None for none), or None.
-        linear_solver_options, shrink, max_line_search_tries, armijo_c: as :class:`~warp_meshad.NewtonSolver`.
+        linear_solver_options, line_search: as :class:`~warp_meshad.NewtonSolver` (the line search of every mesh).
+            The other options of a Newton solver (hooks, step bound, device loop) have no batch counterpart.
         compact: ``"auto"`` (the rule above), or a fraction: compact when the active meshes hold at most this
             fraction of the batch's variables (0: never).
     """
@@ -179,24 +180,21 @@ class BatchNewtonSolver:
     def __init__(
         self,
         batch: ProblemBatch,
+        *,
         linear_solver: str | LinearSolver = "auto",
-        project_hessian: bool = True,
-        projection: str = "clamp",
-        projection_eps: float = 1e-9,
+        projection: Projection | None = Projection(),
         fixed=None,
         linear_solver_options: dict | None = None,
-        shrink: float = 0.8,
-        max_line_search_tries: int = 64,
-        armijo_c: float = 1e-4,
+        line_search: LineSearch = LineSearch(),
         compact: float | str = "auto",
         hessian_shift: float = 0.0,
     ):
         if not isinstance(batch, ProblemBatch):
             raise TypeError(f"BatchNewtonSolver(batch=...): expected a ProblemBatch, got {type(batch).__name__}")
-        _check_projection(projection)
-        check_armijo_settings(shrink, armijo_c, max_line_search_tries,
-                              names=tuple(f"BatchNewtonSolver({n}=...)" for n in ("shrink", "armijo_c",
-                                                                                  "max_line_search_tries")))
+        check_projection(projection, "BatchNewtonSolver(projection=...)")
+        check_line_search(line_search, "BatchNewtonSolver(line_search=...)")
+        check_compatible("BatchNewtonSolver", device=batch.device, linear_solver=linear_solver,
+                         linear_solver_options=linear_solver_options)
         if compact != "auto" and not (isinstance(compact, (int, float)) and 0.0 <= compact < 1.0):
             raise ValueError(f"BatchNewtonSolver(compact=...): expected 'auto' or a fraction in [0, 1), got "
                              f"{compact!r}")
@@ -205,15 +203,13 @@ class BatchNewtonSolver:
             batch.join_indices(fixed)  # checks the count and every index now
         self.batch = batch
         self.fixed = fixed if fixed is not None else [None] * batch.size
-        self._options = {"linear_solver": linear_solver, "project_hessian": project_hessian,
-                         "projection": projection, "projection_eps": projection_eps,
+        self._options = {"linear_solver": linear_solver, "projection": projection,
                          "hessian_shift": check_hessian_shift(hessian_shift, "BatchNewtonSolver(hessian_shift=...)"),
                          "linear_solver_options": linear_solver_options}  # fmt: skip
         self._first = _Stage(batch, self.fixed, self._options)
         self.linear_solver = self._first.newton.linear_solver
-        self.shrink = float(shrink)
-        self.max_line_search_tries = int(max_line_search_tries)
-        self.armijo_c = float(armijo_c)
+        self.projection = projection
+        self.line_search = line_search
         self.compact = compact if compact == "auto" else float(compact)
 
     def _compacts(self, active_share: float, rounds: int, times_ms: dict) -> bool:
@@ -395,15 +391,15 @@ class BatchNewtonSolver:
                 st.axpy(trial, xk, alpha, d)
                 p.assemble_energy(trial)
                 ft = st.energies()
-                passed = policy.armijo_accepts(ft, f0, alpha, dd, self.armijo_c)
+                passed = policy.armijo_accepts(ft, f0, alpha, dd, self.line_search.c)
                 for k in np.flatnonzero(pending):
                     tries[k] += 1
                     if passed[k]:
                         accepted[k], pending[k], f_new[k] = True, False, ft[k]
-                    elif tries[k] >= self.max_line_search_tries:
+                    elif tries[k] >= self.line_search.tries:
                         pending[k], alpha[k] = False, 0.0
                     else:
-                        alpha[k] *= self.shrink
+                        alpha[k] *= self.line_search.shrink
             st.axpy(trial, xk, alpha, d)  # the accepted points (x itself where no step was taken)
             times["line_search"] += (time.perf_counter() - t0) * 1000.0
             st.x, st.trial = st.trial, st.x

@@ -28,8 +28,8 @@ and write one float64 ``state`` array and a per-iteration ``history`` table, bot
   between them outside the graphs. The first slot of the first run runs uncaptured (kernel loading, cuDSS
   analysis); a later run of the same solver (a time step) replays the graphs from its first slot on, and the
   derivatives at its start point as one more graph (captured by the second run).
-  The last slot of ``max_iterations`` runs uncaptured (gradient only, as the host loop). Capture is refused with a
-  ``before_derivatives`` hook (host code).
+  The last slot of ``max_iterations`` runs uncaptured (gradient only, as the host loop). Capture with a
+  ``before_derivatives`` hook (host code) is refused (:func:`~warp_meshad._src.solve.options.check_compatible`).
 - a back-end may ask for a residual bound on its directions (``LinearSolver.direction_rtol``, cuDSS's Cholesky under
   ``spd_or_general``): a solve whose ``||b - A d||`` exceeds it leaves its point without a direction once (with
   ``poll=True``); the host sees the rejection at its next read, the back-end switches (cuDSS: to LU, for good) and
@@ -38,8 +38,9 @@ and write one float64 ``state`` array and a per-iteration ``history`` table, bot
 
 The iterates are the host loop's to round-off (the same kernels, the same float64 decisions); tested in
 tests/test_device_loop.py. The hooks that need the host between device steps (``NewtonHooks.stop``,
-``NewtonHooks.line_search_energy``, ``step_bound_fn``) are refused; ``before_derivatives`` runs before each
-derivative launch.
+``NewtonHooks.line_search_energy``, ``step_bound_fn``) are refused by
+:func:`~warp_meshad._src.solve.options.check_compatible`, with every other option this loop cannot take;
+``before_derivatives`` runs before each derivative launch.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import warp as wp
@@ -55,73 +55,19 @@ import warp as wp
 from warp_meshad._src.solve import device_loop_kernels as k
 from warp_meshad._src.solve.constraints import apply_dirichlet, zero_fixed_rows
 from warp_meshad._src.solve.linear import LinearSolveError
+from warp_meshad._src.solve.options import DeviceLoop
 from warp_meshad._src.solve.phase_timer import PhaseTimer
 from warp_meshad._src.solve.vector_ops import add_to_diagonal, mark_if_different, scale_into
 
-__all__ = ["DeviceLoop", "DeviceLoopBase", "read_record"]
+__all__ = ["DeviceLoopBase", "DeviceLoopRunner", "read_record"]
 
 _WIDTH = max(k.STATE_SIZE, k.HISTORY_SIZE)
 _logger = logging.getLogger("warp_meshad.device_loop")
 
 
-@dataclass(frozen=True)
-class DeviceLoop:
-    """Options of the device-side Newton loop (``NewtonSolver(device_loop=DeviceLoop(...))``; ``True`` means the
-    defaults).
-
-    Attributes:
-        trials: Armijo trials queued per slot (>= 1): each costs one energy evaluation whether or not an earlier one
-            was accepted; a line search needing more continues in the next slot. Not used by a captured slot that
-            runs its line search as a conditional loop (``conditional``).
-        poll: read the stop flag once per slot (True), or queue ``max_iterations`` slots with no read (False: the
-            caller asks for a fixed iteration count; the work queued after a stop is wasted but changes nothing).
-        capture: replay the slots as CUDA graphs (CUDA devices only).
-        capture_solve: with ``capture``, capture the linear solve in the slot's graph where the back-end allows it
-            (True), or always queue it between two graphs (False).
-        conditional: with ``capture``, the captured line search is a while node of the graph (``wp.capture_while``,
-            CUDA driver and toolkit 12.4+; else ``trials`` per slot): it runs trials until one is accepted or the
-            solver's ``max_line_search_tries`` are spent, so no energy is evaluated after the accepted trial and no
-            line search goes on in the next slot.
-    """
-
-    trials: int = 8
-    poll: bool = True
-    capture: bool = False
-    capture_solve: bool = True
-    conditional: bool = True
-
-    def __post_init__(self):
-        if not isinstance(self.trials, int) or self.trials < 1:
-            raise ValueError(f"DeviceLoop(trials=...): expected an int >= 1, got {self.trials!r}")
-
-
 def read_record(arr: wp.array) -> np.ndarray:
     """The device loop's one host read: a copy of ``arr`` (waits for the work queued before it)."""
     return np.array(arr.numpy(), copy=True)
-
-
-def device_loop_options(device_loop, solver) -> DeviceLoop | None:
-    """Check ``NewtonSolver(device_loop=...)`` against the solver's settings; the options, or None for the host loop."""
-    if device_loop is False or device_loop is None:
-        return None
-    options = DeviceLoop() if device_loop is True else device_loop
-    if not isinstance(options, DeviceLoop):
-        raise TypeError(f"device_loop: expected a bool or a DeviceLoop, got {type(device_loop).__name__}")
-    hooks = solver.hooks
-    host_only = [name for name, value in (("hooks.stop", hooks.stop), ("hooks.line_search_energy",
-                                          hooks.line_search_energy), ("step_bound_fn", solver.step_bound_fn))
-                 if value is not None]  # fmt: skip
-    if options.capture:
-        if not solver.problem.device.is_cuda:
-            raise ValueError(f"DeviceLoop(capture=True): expected a problem on a CUDA device, got {solver.problem.device}")
-        if hooks.before_derivatives is not None:
-            host_only.append("hooks.before_derivatives")
-    if host_only:
-        raise ValueError(
-            f"device_loop: expected no host-side steps inside the iteration, got {', '.join(host_only)} (they run "
-            "on the host between device steps); use the host loop (device_loop=False)"
-        )
-    return options
 
 
 class DeviceLoopBase:
@@ -172,7 +118,8 @@ class DeviceLoopBase:
                   inputs=[self.x, self.d, self.alpha, tries, self.state, self.trial])
         energy = p.assemble_energy(self.trial)
         wp.launch(k.armijo_test, dim=1, device=dev,
-                  inputs=[energy, wp.float64(solver.armijo_c), wp.float64(solver.shrink), tries, self.state])
+                  inputs=[energy, wp.float64(solver.line_search.c), wp.float64(solver.line_search.shrink), tries,
+                          self.state])
 
     def _trial_while_open(self, tries: int) -> None:
         """The body of the captured line search's while node: one trial, then its condition for the next."""
@@ -182,7 +129,7 @@ class DeviceLoopBase:
     def _trials(self, captured: bool) -> None:
         """The line search's trials after its direction: a while node in a capture (``conditional``), else
         ``trials`` of them (the rest in the next slot)."""
-        tries = self.solver.max_line_search_tries
+        tries = self.solver.line_search.tries
         if captured and self.conditional:
             wp.launch(k.search_open, dim=1, device=self.device, inputs=[tries, self.state, self.searching])
             wp.capture_while(self.searching, self._trial_while_open, tries=tries)
@@ -216,7 +163,7 @@ class DeviceLoopRunner(DeviceLoopBase):
         self.solve_capture_error: str | None = None  # why capturing the linear solve failed (then never tried again)
         self.kept_capture_error: str | None = None  # why the slot with kept factors could not be captured
         # keep_start_factors: the point of the last factorization (copied by every factorizing slot, on the device)
-        self.keep = bool(getattr(solver, "keeps_start_factors", False)) and options.poll
+        self.keep = bool(getattr(solver, "keeps_start_factors", False))  # refused with poll=False (options)
         self.factored_x = self._vector() if self.keep else None
         self.factored = False  # a factorizing slot has been queued (the back-end holds factors of factored_x)
 
@@ -227,8 +174,11 @@ class DeviceLoopRunner(DeviceLoopBase):
         if solver.hooks.before_derivatives is not None:
             solver.hooks.before_derivatives(self.x)
         if hessian:
-            projection = solver.projection if solver.project_hessian else None
-            energy, g, self.H = p.assemble_hessian(self.x, projection=projection, eps=solver.projection_eps)
+            proj = solver.projection
+            if proj is None:
+                energy, g, self.H = p.assemble_hessian(self.x)
+            else:
+                energy, g, self.H = p.assemble_hessian(self.x, projection=proj.mode, eps=proj.eps)
             if solver.hessian_shift > 0.0:
                 add_to_diagonal(self.H, solver.hessian_shift)
         else:
@@ -269,7 +219,7 @@ class DeviceLoopRunner(DeviceLoopBase):
                           self.history])  # fmt: skip
         wp.launch(k.use_direction, dim=p.variable_count, device=dev,
                   inputs=[self.solved, self.g, self.scalar(-1.0), self.state, self.d])
-        tries = solver.max_line_search_tries
+        tries = solver.line_search.tries
         self._trials(captured)
         wp.launch(k.take_step, dim=p.variable_count, device=dev, inputs=[self.d, self.alpha, self.state, self.x])
         wp.launch(k.finish_line_search, dim=1, device=dev,
@@ -403,8 +353,6 @@ class DeviceLoopRunner(DeviceLoopBase):
 
     def run(self, x, max_iterations: int, tolerance: float, gtol: float, energy_tolerance: float, callback, result):
         """Minimize from ``x`` (checked by the caller); fills and returns ``result`` (a fresh SolveResult)."""
-        if callback is not None and not self.options.poll:
-            raise ValueError("callback: expected None with DeviceLoop(poll=False) (no host read per iteration)")
         t_start = time.perf_counter()
         max_iterations = int(max_iterations)
         f64 = wp.float64
@@ -423,7 +371,7 @@ class DeviceLoopRunner(DeviceLoopBase):
             mark_if_different(self.x, self.factored_x, self.state, int(k.SAME_START))
         self.timer.lap("derivatives")
         iterations_seen, stopped_by_callback, rejected = 0, False, 0
-        tries_rounds = math.ceil(self.solver.max_line_search_tries / self.options.trials)
+        tries_rounds = math.ceil(self.solver.line_search.tries / self.options.trials)
         slots = max_iterations if not self.options.poll else max_iterations * tries_rounds
         kept = False
         for slot in range(slots + 1):

@@ -15,7 +15,7 @@ curvature pairs (:mod:`~warp_meshad._src.solve.first_order_kernels`). One iterat
 - the gradient at the new point (:meth:`~warp_meshad.Problem.assemble_gradient`) with the gradient-norm and
   iteration-cap tests, then ``y``, ``s . y``, ``s . s``, ``y . y`` and the pair's curvature test.
 
-How the host waits (:class:`~warp_meshad._src.solve.device_loop.DeviceLoop`):
+How the host waits (:class:`~warp_meshad._src.solve.options.DeviceLoop`):
 
 - ``poll=True``: one read of ``state`` per slot (to stop, and for ``callback``); with ``capture=True`` each slot is a
   CUDA graph replayed per iteration;
@@ -25,9 +25,9 @@ How the host waits (:class:`~warp_meshad._src.solve.device_loop.DeviceLoop`):
   (``wp.capture_while`` reads its condition once per slot).
 
 The iterates are the host loop's: on the CPU bit for bit (the same kernels and reductions in the same order), on a
-GPU to round-off (block reductions); tested in tests/test_first_order_loop.py. Refused like Newton's device loop:
-``NewtonHooks.stop``, ``line_search_energy`` and ``step_bound_fn`` (host code inside the iteration), and with
-``capture`` a ``before_derivatives`` hook.
+GPU to round-off (block reductions); tested in tests/test_first_order_loop.py. Refused like Newton's device loop
+(:func:`~warp_meshad._src.solve.options.check_compatible`): ``step_bound_fn`` (host code inside the iteration),
+``capture`` off CUDA, a ``callback`` with ``poll=False``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ import warp as wp
 from warp_meshad._src.solve import device_loop_kernels as k
 from warp_meshad._src.solve import first_order_kernels as fk
 from warp_meshad._src.solve.constraints import zero_fixed_rows
-from warp_meshad._src.solve.device_loop import _WIDTH, DeviceLoop, DeviceLoopBase, read_record
+from warp_meshad._src.solve.device_loop import _WIDTH, DeviceLoopBase, read_record
+from warp_meshad._src.solve.options import DeviceLoop
 
 __all__ = ["FirstOrderLoopRunner"]
 
@@ -160,7 +161,7 @@ class FirstOrderLoopRunner(DeviceLoopBase):
         wp.launch(fk.take_step_keeping_s, dim=n, device=dev,
                   inputs=[self.d, self.alpha, int(self.m > 0), self.state, self.ring, self.x, self.s_rows, self.s_new])
         wp.launch(k.finish_line_search, dim=1, device=dev,
-                  inputs=[s["energy_tolerance"], self.solver.max_line_search_tries, self.state, self.history])
+                  inputs=[s["energy_tolerance"], self.solver.line_search.tries, self.state, self.history])
         lap("line_search")
         self._derivatives(s, start=False)
         wp.launch(fk.still_running, dim=1, device=dev, inputs=[self.state, self.running])
@@ -201,8 +202,6 @@ class FirstOrderLoopRunner(DeviceLoopBase):
 
     def run(self, x, max_iterations: int, gtol: float, energy_tolerance: float, callback, result):
         """Minimize from ``x`` (checked by the caller); fills and returns ``result`` (a fresh SolveResult)."""
-        if callback is not None and not self.options.poll:
-            raise ValueError("callback: expected None with DeviceLoop(poll=False) (no host read per iteration)")
         t_start = time.perf_counter()
         max_iterations = int(max_iterations)
         f64 = wp.float64
@@ -218,7 +217,7 @@ class FirstOrderLoopRunner(DeviceLoopBase):
         capture = self.options.capture
         if self.options.poll:
             iterations_seen = 0
-            tries_rounds = -(-self.solver.max_line_search_tries // self.options.trials)
+            tries_rounds = -(-self.solver.line_search.tries // self.options.trials)
             for slot in range(max_iterations * tries_rounds + 1):
                 state = read_record(self.state)
                 iterations = int(state[k.ITERATIONS])

@@ -15,7 +15,9 @@ rows), and stop on the first of: gradient norm <= tolerance, Newton decrement ``
 solvers, as TinyAD), relative energy change <= ``energy_tolerance``, ``max_iterations``, a failed line search, or
 non-finite derivatives. :class:`NewtonHooks` plug problem-specific steps into that loop (contact pairs refreshed before
 the derivatives, a trial energy over swept pairs, an extra stop test: the shells app), and ``step_bound_fn`` caps the
-step (CCD).
+step (CCD). The grouped options (:class:`~warp_meshad.LineSearch`, :class:`~warp_meshad.Projection`,
+:class:`~warp_meshad.DeviceLoop`) and the refusal of options that cannot work together live in
+:mod:`~warp_meshad._src.solve.options`.
 
 Where a direction cannot be used (it is not a descent direction, the linear solve failed, Newton-CG met negative
 curvature before any step) the iteration steps along ``-g`` instead, as TinyAD does. Such steepest-descent fallbacks
@@ -35,10 +37,19 @@ import warp as wp
 
 from warp_meshad._src.solve import policy
 from warp_meshad._src.solve.constraints import apply_dirichlet, fixed_indices, fixed_mask_from_indices, zero_fixed_rows
-from warp_meshad._src.solve.device_loop import DeviceLoop, DeviceLoopRunner, device_loop_options
+from warp_meshad._src.solve.device_loop import DeviceLoopRunner
 from warp_meshad._src.solve.first_order_loop import FirstOrderLoopRunner
 from warp_meshad._src.solve.line_search import armijo
 from warp_meshad._src.solve.linear import LinearSolveError, LinearSolver, make_linear_solver
+from warp_meshad._src.solve.options import (
+    DeviceLoop,
+    LineSearch,
+    Projection,
+    check_compatible,
+    check_line_search,
+    check_projection,
+    device_loop_options,
+)
 from warp_meshad._src.solve.vector_ops import (
     add_to_diagonal,
     axpy_into,
@@ -61,8 +72,6 @@ __all__ = [
     "check_hessian_shift",
     "solve_tolerances",
 ]
-
-_PROJECTIONS = ("clamp", "abs")
 
 
 @dataclass
@@ -200,10 +209,9 @@ class _Driver:
     def __init__(
         self,
         problem,
+        *,
         fixed=None,
-        shrink: float = 0.8,
-        max_line_search_tries: int = 64,
-        armijo_c: float = 1e-4,
+        line_search: LineSearch = LineSearch(),
         step_bound_fn: Callable[[wp.array, wp.array], float] | None = None,
         hooks: NewtonHooks | None = None,
     ):
@@ -211,9 +219,7 @@ class _Driver:
             if not hasattr(problem, attr):
                 raise TypeError(f"problem: expected a warp_meshad Problem (missing {attr!r}), got {type(problem).__name__}")
         self.problem = problem
-        self.shrink = float(shrink)
-        self.max_line_search_tries = int(max_line_search_tries)
-        self.armijo_c = float(armijo_c)
+        self.line_search = check_line_search(line_search, f"{type(self).__name__}(line_search=...)")
         self.step_bound_fn = step_bound_fn
         if hooks is not None and not isinstance(hooks, NewtonHooks):
             raise TypeError(f"hooks: expected a NewtonHooks or None, got {type(hooks).__name__}")
@@ -225,6 +231,15 @@ class _Driver:
             else fixed_mask_from_indices(self.fixed_indices, n, problem.device, what=f"{type(self).__name__}(fixed=...)")
         )
         self._buffers = None
+
+    def _checked_options(self, device_loop=False, **settings) -> DeviceLoop | None:
+        """The options of ``device_loop=...`` (None: the host loop), once
+        :func:`~warp_meshad._src.solve.options.check_compatible` accepts them with the hooks, the step bound and
+        ``settings`` (the subclass's own options). Every constructor calls it."""
+        options = device_loop_options(device_loop)
+        check_compatible(type(self).__name__, device=self.problem.device, device_loop=options, hooks=self.hooks,
+                         step_bound_fn=self.step_bound_fn, **settings)
+        return options
 
     # -- buffers ----------------------------------------------------------------------------------------------------
 
@@ -303,6 +318,7 @@ class _Driver:
             check_finite_variables(x, f"{type(self).__name__}.solve(x=...)")
         gtol = solve_tolerances(max_iterations, tolerance, gradient_tolerance, energy_tolerance)
         if self._device_loop is not None:
+            check_compatible(type(self).__name__, device_loop=self._device_loop.options, callback=callback)
             backend = getattr(self, "linear_solver", None)
             result = SolveResult(x=x, linear_solver=getattr(backend, "name", None),
                                  cudss_skipped_reason=getattr(backend, "cudss_skipped_reason", None))
@@ -394,9 +410,9 @@ class _Driver:
                 d,
                 f,
                 dd,
-                shrink=self.shrink,
-                max_tries=self.max_line_search_tries,
-                c=self.armijo_c,
+                shrink=self.line_search.shrink,
+                max_tries=self.line_search.tries,
+                c=self.line_search.c,
                 max_step=self.first_step,
                 step_bound_fn=self.step_bound_fn,
                 out=self._buf("trial"),
@@ -470,11 +486,6 @@ def check_hessian_shift(hessian_shift, name: str = "hessian_shift") -> float:
     return value
 
 
-def _check_projection(projection: str) -> None:
-    if projection not in _PROJECTIONS:
-        raise ValueError(f"projection: expected one of {_PROJECTIONS}, got {projection!r}")
-
-
 # ----------------------------------------------------------------------------------------------------------------------
 # Newton with an assembled Hessian
 # ----------------------------------------------------------------------------------------------------------------------
@@ -483,7 +494,7 @@ def _check_projection(projection: str) -> None:
 class NewtonSolver(_Driver):
     """Newton / projected Newton with Armijo backtracking.
 
-    Each iteration assembles ``H`` (per-element PSD projection when ``project_hessian``), pins ``fixed`` variables
+    Each iteration assembles ``H`` (per-element PSD projection unless ``projection`` is None), pins ``fixed`` variables
     symmetrically, solves ``H d = -g`` with the linear back-end and backtracks along ``d``. A direction that is not a
     descent direction (possible without projection), or a failed linear solve, is replaced by ``-g`` and counted in
     ``SolveResult.steepest_descent_fallbacks``; CG solves stopped at their cap count in ``linear_solves_capped``.
@@ -493,34 +504,36 @@ class NewtonSolver(_Driver):
         linear_solver: back-end name (one of ``LINEAR_SOLVER_NAMES``: ``"auto"``, ``"qdldl"``, ``"scipy"``,
             ``"cg"``, ``"cupy"``, ``"cudss"``; see :func:`~warp_meshad.make_linear_solver`) or a
             :class:`~warp_meshad.LinearSolver` instance.
-        project_hessian: project every element Hessian to PSD before assembly (projected Newton).
-        projection: ``"clamp"`` (eigenvalues below ``projection_eps`` set to it) or ``"abs"`` (absolute values).
-        projection_eps: smallest eigenvalue kept by the projection.
+        projection: a :class:`~warp_meshad.Projection` (``mode``, ``eps``): every element Hessian projected to PSD
+            before assembly (projected Newton; default ``Projection()``: clamped at 1e-9), or None for the exact
+            Hessian (Newton).
         fixed: indices of variables that never move (sequence, numpy or wp.array of ints), or None.
         linear_solver_options: keyword options for :func:`~warp_meshad._src.solve.linear.make_linear_solver`.
-            With a back-end named ``"auto"`` or ``"cudss"``, ``project_hessian``, pinned variables (``fixed``) or a
+            With a back-end named ``"auto"`` or ``"cudss"``, a ``projection``, pinned variables (``fixed``) or a
             ``hessian_shift`` > 0, and no ``matrix_type`` given, cuDSS gets ``matrix_type="spd_or_general"``:
             Cholesky, which halves the factorization of such SPD systems, with LU taking over if one fails.
             cuDSS's ``deterministic`` mode is not asked for on its own (see
             :class:`~warp_meshad._src.solve.linear.CudssSolver`).
         step_bound_fn: optional ``(x, d) -> float`` capping the line-search step (CCD).
-        shrink, max_line_search_tries, armijo_c: Armijo settings (TinyAD defaults 0.8, 64, 1e-4).
+        line_search: the Armijo settings, a :class:`~warp_meshad.LineSearch` (TinyAD's defaults: shrink 0.8, 64
+            tries, c = 1e-4).
         hooks: optional :class:`NewtonHooks` (contact pairs refreshed before the derivatives, the line search's trial
             energy, an extra stop test).
-        device_loop: False (default: the host loop), True, or a :class:`~warp_meshad._src.solve.device_loop.DeviceLoop`
+        device_loop: False (default: the host loop), True, or a :class:`~warp_meshad.DeviceLoop`
             (``trials``, ``poll``, ``capture``, ``capture_solve``, ``conditional``): energy, gradient norm, Newton
             decrement, Armijo test, step acceptance and stop tests run in small kernels on the problem's device,
             with at most one small host read per iteration (none with ``poll=False``), CUDA-event phase timers and,
             with ``capture=True`` on a GPU, the iteration replayed as CUDA graphs (see
-            :mod:`warp_meshad._src.solve.device_loop`). Same iterates as the host loop to round-off. Refused with ``hooks.stop``, ``hooks.line_search_energy`` or ``step_bound_fn``
-            (host code inside the iteration). The default stays the host loop, which takes every hook; the apps ask
-            for the captured loop on a GPU (``device_loop: auto``). With cuDSS captured in the slot's graph, on the
-            H200 elastic/bunny's 40 steps took 0.41-0.49 s against 0.84 s in the host loop (benchmarks/README.md,
-            session 12), cuDSS being most of an iteration.
+            :mod:`warp_meshad._src.solve.device_loop`). Same iterates as the host loop to round-off. Refused with
+            ``hooks.stop``, ``hooks.line_search_energy`` or ``step_bound_fn`` (host code inside the iteration), and
+            the other pairs :func:`~warp_meshad._src.solve.options.check_compatible` lists. The default stays the
+            host loop, which takes every hook; the apps ask for the captured loop on a GPU (``device_loop: auto``).
+            With cuDSS captured in the slot's graph, on the H200 elastic/bunny's 40 steps took 0.41-0.49 s against
+            0.84 s in the host loop (benchmarks/README.md), cuDSS being most of an iteration.
         hessian_shift: ``sigma >= 0`` added to every diagonal coefficient of the (projected) Hessian before the
             solve, on the device: the direction solves ``(H + sigma I) d = -g`` (a fixed Levenberg-Marquardt term).
             An energy that does not see rigid motions has a projected Hessian that is singular along them up to the
-            projection's clamp (``projection_eps`` per element); a shift well above round-off and well below the
+            projection's clamp (``Projection.eps`` per element); a shift well above round-off and well below the
             Hessian's other eigenvalues makes it definite, so cuDSS can factor it by Cholesky (see
             ``linear_solver_options``), and it bounds a direction's component along a mode that is nearly singular
             near the minimum. The gradient is orthogonal to exact gauge modes, so the minimum does not move;
@@ -532,7 +545,8 @@ class NewtonSolver(_Driver):
             previous one ended, so every step after the first saves a factorization. Only right when the Hessian at
             a point is the same in both solves: what changes between the calls (an inertia term's target, gravity)
             must not enter the Hessian. The captured device loop replays that slot from a graph of its own (captured
-            once), else it runs uncaptured. Default False.
+            once), else it runs uncaptured; refused with ``DeviceLoop(poll=False)`` (the kept factors are chosen
+            from a host read before the first slot). Default False.
     """
 
     uses_newton_decrement = True
@@ -540,45 +554,41 @@ class NewtonSolver(_Driver):
     def __init__(
         self,
         problem,
+        *,
         linear_solver: str | LinearSolver = "auto",
-        project_hessian: bool = True,
-        projection: str = "clamp",
-        projection_eps: float = 1e-9,
+        projection: Projection | None = Projection(),
         fixed=None,
         linear_solver_options: dict | None = None,
         step_bound_fn=None,
-        shrink: float = 0.8,
-        max_line_search_tries: int = 64,
-        armijo_c: float = 1e-4,
+        line_search: LineSearch = LineSearch(),
         hooks: NewtonHooks | None = None,
         device_loop: bool | DeviceLoop = False,
         hessian_shift: float = 0.0,
         keep_start_factors: bool = False,
     ):
-        super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn, hooks)
-        _check_projection(projection)
-        self.project_hessian = bool(project_hessian)
-        self.projection = projection
-        self.projection_eps = float(projection_eps)
+        super().__init__(problem, fixed=fixed, line_search=line_search, step_bound_fn=step_bound_fn, hooks=hooks)
+        self.projection = check_projection(projection, f"{type(self).__name__}(projection=...)")
         self.hessian_shift = check_hessian_shift(hessian_shift)
         self.keep_start_factors = bool(keep_start_factors)
+        options = self._checked_options(device_loop, keep_start_factors=self.keep_start_factors,
+                                        linear_solver=linear_solver, linear_solver_options=linear_solver_options)
         self.kept_solves = 0  # first directions solved with kept factors (keep_start_factors)
         self._factored_at = None  # the point of the last factorization (keep_start_factors, host loop)
         self._same = None  # its comparison flag
         linear_options = dict(linear_solver_options or {})
         cudss_by_name = isinstance(linear_solver, str) and linear_solver in ("auto", "cudss")
-        if cudss_by_name and self.project_hessian and (self.fixed_indices is not None or self.hessian_shift > 0.0):
+        if cudss_by_name and self.projection is not None and (self.fixed_indices is not None
+                                                               or self.hessian_shift > 0.0):
             # pinned or shifted + projected: SPD (Cholesky, LU if it fails)
             linear_options.setdefault("matrix_type", "spd_or_general")
         self.linear_solver = make_linear_solver(linear_solver, device=problem.device, dtype=_scalar_type(problem),
                                                 **linear_options)
         self._H = None
-        options = device_loop_options(device_loop, self)
         self._device_loop = None if options is None else DeviceLoopRunner(self, options)
 
     def system(self, x):
         """Energy, gradient and the Hessian this solver's direction solves with at ``x``: projected per element
-        when ``project_hessian``, plus ``hessian_shift`` on the diagonal (Gauss-Newton: ``J^T J``). Returns
+        unless ``projection`` is None, plus ``hessian_shift`` on the diagonal (Gauss-Newton: ``J^T J``). Returns
         ``(f, g, H)`` as :meth:`~warp_meshad.Problem.eval_with_hessian` does (the problem's buffers; pins not applied).
         One step of the host and batch loops."""
         return self._hessian(x)
@@ -597,8 +607,8 @@ class NewtonSolver(_Driver):
         return (self.linear_solver.resolve if kept else self.linear_solver.solve)(H, rhs, out)
 
     def _hessian(self, x):
-        if self.project_hessian:
-            f, g, H = self.problem.eval_with_hessian_proj(x, mode=self.projection, eps=self.projection_eps)
+        if self.projection is not None:
+            f, g, H = self.problem.eval_with_hessian_proj(x, mode=self.projection.mode, eps=self.projection.eps)
         else:
             f, g, H = self.problem.eval_with_hessian(x)
         if self.hessian_shift > 0.0:
@@ -661,22 +671,20 @@ class GaussNewtonSolver(NewtonSolver):
 
     Args:
         problem: a :class:`warp_meshad.Problem` providing ``eval_gauss_newton``.
-        linear_solver, fixed, linear_solver_options, step_bound_fn, shrink, max_line_search_tries, armijo_c: as
-            :class:`NewtonSolver`.
+        linear_solver, fixed, linear_solver_options, step_bound_fn, line_search: as :class:`NewtonSolver`.
         damping: Levenberg damping added to the diagonal (>= 0).
     """
 
     def __init__(
         self,
         problem,
+        *,
         linear_solver: str | LinearSolver = "auto",
         fixed=None,
         damping: float = 0.0,
         linear_solver_options: dict | None = None,
         step_bound_fn=None,
-        shrink: float = 0.8,
-        max_line_search_tries: int = 64,
-        armijo_c: float = 1e-4,
+        line_search: LineSearch = LineSearch(),
     ):
         if not hasattr(problem, "eval_gauss_newton"):
             raise TypeError("GaussNewtonSolver: the problem has no eval_gauss_newton(x) (needs residual-term support)")
@@ -685,13 +693,11 @@ class GaussNewtonSolver(NewtonSolver):
         super().__init__(
             problem,
             linear_solver=linear_solver,
-            project_hessian=False,
+            projection=None,
             fixed=fixed,
             linear_solver_options=linear_solver_options,
             step_bound_fn=step_bound_fn,
-            shrink=shrink,
-            max_line_search_tries=max_line_search_tries,
-            armijo_c=armijo_c,
+            line_search=line_search,
         )
         self.damping = float(damping)
 
@@ -720,7 +726,7 @@ class NewtonCGSolver(_Driver):
         fixed: indices of pinned variables, or None.
         cg_maxiter: inner CG iteration cap (>= 1; None: ``min(scalar unknowns, 1000)``).
         forcing: cap of the relative residual tolerance of the inner CG (0.5).
-        step_bound_fn, shrink, max_line_search_tries, armijo_c: as :class:`NewtonSolver`.
+        step_bound_fn, line_search: as :class:`NewtonSolver`.
     """
 
     uses_newton_decrement = True
@@ -728,15 +734,15 @@ class NewtonCGSolver(_Driver):
     def __init__(
         self,
         problem,
+        *,
         fixed=None,
         cg_maxiter: int | None = None,
         forcing: float = 0.5,
         step_bound_fn=None,
-        shrink: float = 0.8,
-        max_line_search_tries: int = 64,
-        armijo_c: float = 1e-4,
+        line_search: LineSearch = LineSearch(),
     ):
-        super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn)
+        super().__init__(problem, fixed=fixed, line_search=line_search, step_bound_fn=step_bound_fn)
+        self._checked_options()
         if not hasattr(problem, "hessian_vector_product"):
             raise TypeError("NewtonCGSolver: the problem has no hessian_vector_product(x, v)")
         if not 0.0 < forcing < 1.0:
@@ -802,35 +808,33 @@ class LBFGSSolver(_Driver):
         history: number of stored pairs ``m`` (>= 1).
         fixed: indices of pinned variables, or None.
         initial_step: length of the very first step along ``-g`` (before any curvature information).
-        step_bound_fn, shrink, max_line_search_tries, armijo_c: as :class:`NewtonSolver`.
-        device_loop: False (default: the host loop), True, or a
-            :class:`~warp_meshad._src.solve.device_loop.DeviceLoop`: the iteration (two-loop recursion over a ring
-            of pairs on the device, Armijo trials, every stop test) queued on the problem's device with at most one
-            small host read per iteration, none with ``poll=False`` and ``capture=True`` (the whole solve one CUDA
-            graph); see :mod:`~warp_meshad._src.solve.first_order_loop`. Same iterates as the host loop (CPU: bit
-            for bit).
+        step_bound_fn, line_search: as :class:`NewtonSolver`.
+        device_loop: False (default: the host loop), True, or a :class:`~warp_meshad.DeviceLoop`: the iteration
+            (two-loop recursion over a ring of pairs on the device, Armijo trials, every stop test) queued on the
+            problem's device with at most one small host read per iteration, none with ``poll=False`` and
+            ``capture=True`` (the whole solve one CUDA graph); see :mod:`~warp_meshad._src.solve.first_order_loop`.
+            Same iterates as the host loop (CPU: bit for bit).
     """
 
     def __init__(
         self,
         problem,
+        *,
         history: int = 10,
         fixed=None,
         initial_step: float = 1.0,
         step_bound_fn=None,
-        shrink: float = 0.8,
-        max_line_search_tries: int = 64,
-        armijo_c: float = 1e-4,
+        line_search: LineSearch = LineSearch(),
         device_loop: bool | DeviceLoop = False,
     ):
-        super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn)
+        super().__init__(problem, fixed=fixed, line_search=line_search, step_bound_fn=step_bound_fn)
         if int(history) < 1:
             raise ValueError(f"history: expected >= 1, got {history}")
         if not initial_step > 0.0:
             raise ValueError(f"initial_step: expected > 0, got {initial_step}")
         self.history = int(history)
         self.initial_step = float(initial_step)
-        options = device_loop_options(device_loop, self)
+        options = self._checked_options(device_loop)
         self._device_loop = None if options is None else FirstOrderLoopRunner(self, options, self.history,
                                                                               self.initial_step)
 
@@ -899,26 +903,25 @@ class GradientDescentSolver(_Driver):
         problem: a :class:`warp_meshad.Problem`.
         step: first trial step length along ``-g`` (the line search shrinks it).
         fixed: indices of pinned variables, or None.
-        step_bound_fn, shrink, max_line_search_tries, armijo_c: as :class:`NewtonSolver`.
+        step_bound_fn, line_search: as :class:`NewtonSolver`.
         device_loop: as :class:`LBFGSSolver` (the direction is ``-g``).
     """
 
     def __init__(
         self,
         problem,
+        *,
         step: float = 1.0,
         fixed=None,
         step_bound_fn=None,
-        shrink: float = 0.8,
-        max_line_search_tries: int = 64,
-        armijo_c: float = 1e-4,
+        line_search: LineSearch = LineSearch(),
         device_loop: bool | DeviceLoop = False,
     ):
-        super().__init__(problem, fixed, shrink, max_line_search_tries, armijo_c, step_bound_fn)
+        super().__init__(problem, fixed=fixed, line_search=line_search, step_bound_fn=step_bound_fn)
         if not step > 0.0:
             raise ValueError(f"step: expected > 0, got {step}")
         self.step = float(step)
-        options = device_loop_options(device_loop, self)
+        options = self._checked_options(device_loop)
         self._device_loop = None if options is None else FirstOrderLoopRunner(self, options, 0)
 
     def _direction(self, x, g, result):
