@@ -262,6 +262,17 @@ class App(_AppBase):
                   inputs=[result.x, self.data.points, self.data.tangent1, self.data.tangent2], device=self.device)
         return self.record(result)
 
+    def restart(self) -> None:
+        """Back to the start embedding (``points0``) with its tangent bases, v = 0 and no steps taken; the solver is
+        kept, with what it prepared (device-loop buffers and CUDA graphs), so a later :meth:`run` repeats the first
+        one's iterates without preparing again."""
+        self.data.points.assign(wp.array(self.points0, dtype=wp.vec3d, device=self.device))
+        self.v.zero_()
+        wp.launch(_recenter, dim=self.mesh.vertex_count,
+                  inputs=[self.v, self.data.points, self.data.tangent1, self.data.tangent2], device=self.device)
+        self.history = []
+        self.steps_done = 0
+
     # -- results ---------------------------------------------------------------------------------------------------
 
     def positions(self) -> np.ndarray:

@@ -33,8 +33,9 @@ _EXACT = ("iterations", "reason", "converged", "line_search_tries", "steepest_de
 _LISTS = ("energies", "gradient_norms", "step_sizes")
 
 
-def assert_same_solve(host, dev, on_cpu: bool, rtol: float = 1e-9):
-    """Bit for bit on the CPU; on a GPU the same decisions and values to ``rtol``."""
+def assert_same_solve(host, dev, on_cpu: bool, rtol: float = 1e-6, atol: float = 1e-10):
+    """Bit for bit on the CPU; on a GPU the same decisions and values to ``rtol`` (float atomics add the element
+    gradients in a varying order, and on woody's stiff energy the iterates of two host-loop runs part as fast)."""
     for name in _EXACT:
         assert getattr(dev, name) == getattr(host, name), (name, getattr(host, name), getattr(dev, name))
     for name in _LISTS:
@@ -45,7 +46,7 @@ def assert_same_solve(host, dev, on_cpu: bool, rtol: float = 1e-9):
     if on_cpu:
         np.testing.assert_array_equal(dev.x.numpy(), host.x.numpy())
     else:
-        np.testing.assert_allclose(dev.x.numpy(), host.x.numpy(), rtol=rtol, atol=1e-10)
+        np.testing.assert_allclose(dev.x.numpy(), host.x.numpy(), rtol=rtol, atol=atol)
 
 
 @pytest.fixture
@@ -105,10 +106,10 @@ def test_woody_same_as_host(woody, name, options):
     problem, faces, uv, _ = woody
     cls, kwargs = _SOLVERS[name]
     x0 = wp.array(uv, dtype=wp.vec2d, device=problem.device)
-    solve = dict(max_iterations=25, tolerance=1e-9)
+    solve = dict(max_iterations=12, tolerance=1e-9)
     host = cls(problem, **kwargs).solve(x0, **solve)
     dev = cls(problem, device_loop=options, **kwargs).solve(x0, **solve)
-    assert host.iterations == 25 and max(host.line_search_tries) >= 2  # some backtracking
+    assert host.iterations == 12 and max(host.line_search_tries) >= 2  # some backtracking
     assert_same_solve(host, dev, problem.device.is_cpu)
     assert dev.linear_solver is None and dev.newton_decrements == []
 
@@ -156,7 +157,7 @@ def test_float32_variables_same_as_host(device):
     for cls, kwargs in _SOLVERS.values():
         host = cls(problem, fixed=[0], **kwargs).solve(x0, **solve)
         dev = cls(problem, fixed=[0], device_loop=True, **kwargs).solve(x0, **solve)
-        assert_same_solve(host, dev, problem.device.is_cpu, rtol=1e-4)
+        assert_same_solve(host, dev, problem.device.is_cpu, rtol=1e-4, atol=1e-6)  # float32: x to 1e-6 of ~1
 
 
 @pytest.mark.parametrize("case", ["gradient_norm", "energy_change", "max_iterations_zero", "line_search_failed",
@@ -217,7 +218,7 @@ def test_captured_same_as_host_on_cuda(name, poll, reads):
     problem, faces, uv, _ = woody_problem("cuda:0")
     cls, kwargs = _SOLVERS[name]
     x0 = wp.array(uv, dtype=wp.vec2d, device="cuda:0")
-    solve = dict(max_iterations=20, tolerance=1e-9)
+    solve = dict(max_iterations=12, tolerance=1e-9)
     host = cls(problem, **kwargs).solve(x0, **solve)
     solver = cls(problem, device_loop=DeviceLoop(capture=True, poll=poll), **kwargs)
     first = solver.solve(x0, **solve)  # loads the kernels (its first slot uncaptured), captures

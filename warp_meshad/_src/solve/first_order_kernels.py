@@ -75,6 +75,25 @@ def ring_dot(rows: wp.array2d(dtype=Any), v: wp.array(dtype=Any), ring: wp.array
 
 
 @wp.kernel(enable_backward=False, module="unique")
+def dot(a: wp.array(dtype=Any), b: wp.array(dtype=Any), stride: int, out: wp.array(dtype=Any), slot: int):
+    # blocks stride over the variables (one block of one thread on the CPU: index order, as array_inner there):
+    # out[slot] += a . b (out zeroed before); vectors only (scalar variables come as vec1 views). Unlike
+    # wp.utils.array_inner it allocates nothing on a GPU, so it can run in a captured while node's body
+    blk, lane = wp.tid()
+    acc = out.dtype(0.0)
+    i = blk * wp.block_dim() + lane
+    while i < a.shape[0]:
+        u = a[i]
+        v = b[i]
+        for k in range(wp.static(len(a.dtype))):
+            acc += u[k] * v[k]
+        i += stride
+    total = wp.tile_extract(wp.tile_sum(wp.tile(acc)), 0)
+    if lane == 0:
+        wp.atomic_add(out, slot, total)
+
+
+@wp.kernel(enable_backward=False, module="unique")
 def begin_direction(g: wp.array(dtype=Any), lbfgs: int, initial_step: wp.float64, ring: wp.array(dtype=wp.int32),
                     state: wp.array(dtype=wp.float64), scalar: wp.array(dtype=Any), q: wp.array(dtype=Any),
                     g_prev: wp.array(dtype=Any)):

@@ -45,8 +45,9 @@ from warp_meshad._src.solve.options import DeviceLoop
 
 __all__ = ["FirstOrderLoopRunner"]
 
-_BLOCK = 256  # threads per block of the ring reductions on a GPU
+_BLOCK = 256  # threads per block of the reductions on a GPU
 _MAX_BLOCKS = 256
+_GG, _GD, _SY, _SS, _YY = 0, 1, 2, 3, 4  # the slots of FirstOrderLoopRunner.sums
 
 
 class FirstOrderLoopRunner(DeviceLoopBase):
@@ -70,17 +71,20 @@ class FirstOrderLoopRunner(DeviceLoopBase):
         self.rho = wp.zeros(m, dtype=wp.float64, device=dev)
         self.gamma = wp.zeros(m, dtype=wp.float64, device=dev)
         self.alphas = wp.zeros(m, dtype=wp.float64, device=dev)
-        self.dots = wp.zeros(2 * m, dtype=self.scalar, device=dev)
-        self.sy, self.ss, self.yy = (wp.zeros(1, dtype=self.scalar, device=dev) for _ in range(3))
+        # every reduction of a slot, zeroed once per slot: g . g, g . q, s . y, s . s, y . y, the two loops' dots
+        self.sums = wp.zeros(5 + 2 * m, dtype=self.scalar, device=dev)
+        self.dots = self.sums[5:]
+        self._sum = [self.sums[i:i + 1] for i in range(5)]  # one-entry views, as the one-thread kernels take them
         if self.m:
             self.g_prev, self.s_new, self.y_new = self._vector(), self._vector(), self._vector()
             self.s_rows = wp.zeros((self.m, n), dtype=p.variable_type, device=dev)
             self.y_rows = wp.zeros((self.m, n), dtype=p.variable_type, device=dev)
-            # the ring reductions take vectors: scalar variables as vec1 views of the same memory
-            self._s_view, self._y_view, self._q_view = (self._vec_view(a) for a in (self.s_rows, self.y_rows, self.q))
+            self._s_view, self._y_view = self._vec_view(self.s_rows), self._vec_view(self.y_rows)
         else:  # gradient descent: no ring (the kernels get placeholders they never touch)
             self.g_prev = self.s_new = self.y_new = self.q
             self.s_rows = self.y_rows = wp.zeros((1, 1), dtype=p.variable_type, device=dev)
+        # the reductions take vectors: scalar variables as vec1 views of the same memory
+        self._views = {id(a): self._vec_view(a) for a in (self.g, self.q, self.s_new, self.y_new)}
         if dev.is_cuda:
             self._blocks = max(1, min(_MAX_BLOCKS, (n + 4 * _BLOCK - 1) // (4 * _BLOCK)))
             self._block_dim = _BLOCK
@@ -104,21 +108,29 @@ class FirstOrderLoopRunner(DeviceLoopBase):
         wp.copy(self.g, g)
         if solver.fixed_mask is not None:
             zero_fixed_rows(self.g, solver.fixed_mask)
-        wp.utils.array_inner(self.g, self.g, out=self.gg)
+        self._dot(self.g, self.g, _GG)
         wp.launch(k.check_point, dim=1, device=dev,
-                  inputs=[energy, self.gg, int(start), s["gtol"], s["max_iterations"], self.state, self.history])
+                  inputs=[energy, self._sum[_GG], int(start), s["gtol"], s["max_iterations"], self.state,
+                          self.history])
         if self.m and not start:
             wp.launch(fk.new_y, dim=p.variable_count, device=dev,
                       inputs=[self.g, self.g_prev, self.ring, self.one, self.y_rows, self.y_new])
-            for a, b, out in ((self.s_new, self.y_new, self.sy), (self.s_new, self.s_new, self.ss),
-                              (self.y_new, self.y_new, self.yy)):
-                wp.utils.array_inner(a, b, out=out)
+            for a, b, slot in ((self.s_new, self.y_new, _SY), (self.s_new, self.s_new, _SS),
+                               (self.y_new, self.y_new, _YY)):
+                self._dot(a, b, slot)
             wp.launch(fk.keep_pair, dim=1, device=dev,
-                      inputs=[self.sy, self.ss, self.yy, self.rho, self.gamma, self.ring])
+                      inputs=[self._sum[_SY], self._sum[_SS], self._sum[_YY], self.rho,
+                              self.gamma, self.ring])
+
+    def _dot(self, a, b, slot: int) -> None:
+        """Queue ``sums[slot] += a . b`` (``sums`` zeroed at the slot's start)."""
+        wp.launch_tiled(fk.dot, dim=[self._blocks], block_dim=self._block_dim, device=self.device,
+                        inputs=[self._views[id(a)], self._views[id(b)], self._blocks * self._block_dim, self.sums,
+                                slot])
 
     def _ring_dot(self, rows_view, j: int, slot: int) -> None:
         wp.launch_tiled(fk.ring_dot, dim=[self._blocks], block_dim=self._block_dim, device=self.device,
-                        inputs=[rows_view, self._q_view, self.ring, self.state, int(fk.NEWEST), j,
+                        inputs=[rows_view, self._views[id(self.q)], self.ring, self.state, int(fk.NEWEST), j,
                                 self._blocks * self._block_dim, self.dots, slot])
 
     def _direction(self) -> None:
@@ -128,7 +140,6 @@ class FirstOrderLoopRunner(DeviceLoopBase):
                   inputs=[self.g, int(m > 0), wp.float64(self.initial_step), self.ring, self.state, self.one, self.q,
                           self.g_prev])
         if m:
-            self.dots.zero_()
             for j in range(m):  # newest to oldest
                 self._ring_dot(self._s_view, j, j)
                 wp.launch(fk.two_loop_down, dim=n, device=dev,
@@ -138,9 +149,9 @@ class FirstOrderLoopRunner(DeviceLoopBase):
                 self._ring_dot(self._y_view, j, m + j)
                 wp.launch(fk.two_loop_up, dim=n, device=dev,
                           inputs=[j, m, self.rho, self.dots, self.s_rows, self.ring, self.state, self.alphas, self.q])
-        wp.utils.array_inner(self.g, self.q, out=self.gd)
+        self._dot(self.g, self.q, _GD)
         wp.launch(k.check_direction, dim=1, device=dev,
-                  inputs=[self.gd, self.dummy, self.no_failure, 0, wp.float64(0.0), 0, wp.float64(-1.0),
+                  inputs=[self._sum[_GD], self.dummy, self.no_failure, 0, wp.float64(0.0), 0, wp.float64(-1.0),
                           wp.float64(solver.first_step), self.state, self.history])
         wp.launch(k.use_direction, dim=n, device=dev, inputs=[self.q, self.g, self.scalar(-1.0), self.state, self.d])
         if m:
@@ -155,6 +166,7 @@ class FirstOrderLoopRunner(DeviceLoopBase):
             if not captured:
                 self.timer.lap(phase)
 
+        self.sums.zero_()
         self._direction()
         lap("direction")
         self._trials(captured)
@@ -210,6 +222,7 @@ class FirstOrderLoopRunner(DeviceLoopBase):
         self.ring.zero_()
         wp.copy(self.x, x)
         self.timer.reset()
+        self.sums.zero_()
         self._derivatives(s, start=True)
         wp.launch(fk.still_running, dim=1, device=self.device, inputs=[self.state, self.running])
         self.timer.lap("derivatives")
