@@ -222,11 +222,7 @@ class App(_AppBase):
         c = self.config
         if c.solver != "newton":
             return None
-        return BatchStepParts(self.problem, self.uv, self.pinned,
-                              {"linear_solver": c.linear_solver,
-                               "projection": wm.Projection(mode=c.projection, eps=c.projection_eps),
-                               "hessian_shift": c.hessian_shift},
-                              self._solve_options())
+        return BatchStepParts(self.problem, self.uv, self.pinned, solver=self.solver, solve=self._solve_options())
 
     def finish_batch_step(self, result, seconds: float, cpu_seconds: float) -> dict:
         return self._take(result, seconds, cpu_seconds)

@@ -129,6 +129,24 @@ def test_user_energy_batch_with_pins_equals_single_solves():
             np.testing.assert_array_equal(result.results[b].x.numpy()[f], starts[b][f])
 
 
+def test_batch_like_a_newton_solver_takes_its_settings():
+    sizes = [5, 9, 7]
+    problems, starts = zip(*[_chain_problem(n, seed) for seed, n in enumerate(sizes)])
+    fixed = [[0, n - 1] for n in sizes]
+    settings = dict(linear_solver="scipy", projection=wm.Projection(mode="abs", eps=1e-7),
+                    line_search=wm.LineSearch(shrink=0.5, tries=30, c=1e-3), hessian_shift=1e-9)
+    kw = dict(max_iterations=100, tolerance=1e-10, energy_tolerance=0.0)
+    singles = [wm.NewtonSolver(p, fixed=f, **settings).solve(wp.array(x, dtype=wp.vec3d, device=DEV), **kw)
+               for p, x, f in zip(problems, starts, fixed)]  # fmt: skip
+    batch = wm.ProblemBatch(problems)
+    like = wm.BatchNewtonSolver.like(wm.NewtonSolver(problems[0], **settings), batch, fixed=fixed)
+    assert (like.projection, like.line_search, like.linear_solver.name) == (settings["projection"],
+                                                                             settings["line_search"], "scipy")
+    _assert_same(singles, like.solve(batch.join(starts), **kw))
+    with pytest.raises(TypeError, match="expected a NewtonSolver, got LBFGSSolver"):
+        wm.BatchNewtonSolver.like(wm.LBFGSSolver(problems[0]), batch)
+
+
 def test_a_failing_mesh_stops_alone():
     problems, starts = zip(*[_chain_problem(n, seed) for seed, n in enumerate([6, 8, 10])])
     starts = [x.copy() for x in starts]

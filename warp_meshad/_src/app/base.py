@@ -32,14 +32,15 @@ class BatchStepParts:
         problem: the app's :class:`~warp_meshad.Problem` (its terms must match the other apps' one to one).
         x: the step's start point (wp.array of the problem's variables).
         fixed: indices of the pinned variables, or None.
-        newton: keyword arguments of :class:`~warp_meshad.BatchNewtonSolver` (``linear_solver``, ``projection``, ...).
+        solver: the app's :class:`~warp_meshad.NewtonSolver`: the batched solve takes its settings
+            (:meth:`~warp_meshad.BatchNewtonSolver.like`), so the app states its solver once.
         solve: keyword arguments of ``solve`` (``max_iterations``, ``tolerance``, ``energy_tolerance``, ...).
     """
 
     problem: object
     x: object
     fixed: object = None
-    newton: dict = field(default_factory=dict)
+    solver: object = None
     solve: dict = field(default_factory=dict)
 
 

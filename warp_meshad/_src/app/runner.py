@@ -330,7 +330,7 @@ def step_apps_batched(apps: list[App]) -> bool:
     if not apps or any(p is None for p in parts):
         return False
     batch = ProblemBatch([p.problem for p in parts])
-    solver = BatchNewtonSolver(batch, fixed=[p.fixed for p in parts], **parts[0].newton)
+    solver = BatchNewtonSolver.like(parts[0].solver, batch, fixed=[p.fixed for p in parts])
     steps = apps[0].config.steps
     while apps[0].steps_done < steps:
         x = batch.join([p.x for p in parts])

@@ -212,6 +212,23 @@ class BatchNewtonSolver:
         self.line_search = line_search
         self.compact = compact if compact == "auto" else float(compact)
 
+    @classmethod
+    def like(cls, solver: NewtonSolver, batch: ProblemBatch, *, fixed=None, compact: float | str = "auto"):
+        """A batch solver with the settings of ``solver`` (an app's :class:`~warp_meshad.NewtonSolver`): its linear
+        back-end as it was asked for (``linear_solver_request``, by name) with its ``linear_solver_options``, its
+        ``projection``, ``line_search`` and ``hessian_shift``; ``fixed`` per mesh as in the constructor. So an app
+        states its solver once, and a batch of its meshes solves as one of them would.
+
+        Raises:
+            TypeError: ``solver`` is not a plain NewtonSolver (Gauss-Newton, Newton-CG and the first-order solvers
+                have no batch form).
+        """
+        if type(solver) is not NewtonSolver:
+            raise TypeError(f"BatchNewtonSolver.like(solver=...): expected a NewtonSolver, got {type(solver).__name__}")
+        return cls(batch, linear_solver=solver.linear_solver_request,
+                   linear_solver_options=solver.linear_solver_options or None, projection=solver.projection,
+                   line_search=solver.line_search, hessian_shift=solver.hessian_shift, fixed=fixed, compact=compact)
+
     def _compacts(self, active_share: float, rounds: int, times_ms: dict) -> bool:
         """Whether to move on to a batch of the active meshes (``active_share``: their share of the current batch's
         variables; ``rounds``: rounds run so far; ``times_ms``: the current batch's ``analysis`` and last ``round``

@@ -575,6 +575,9 @@ class NewtonSolver(_Driver):
         self.kept_solves = 0  # first directions solved with kept factors (keep_start_factors)
         self._factored_at = None  # the point of the last factorization (keep_start_factors, host loop)
         self._same = None  # its comparison flag
+        # as given: what a BatchNewtonSolver built like this one (BatchNewtonSolver.like) asks for
+        self.linear_solver_request = linear_solver if isinstance(linear_solver, str) else linear_solver.name
+        self.linear_solver_options = dict(linear_solver_options or {})
         linear_options = dict(linear_solver_options or {})
         cudss_by_name = isinstance(linear_solver, str) and linear_solver in ("auto", "cudss")
         if cudss_by_name and self.projection is not None and (self.fixed_indices is not None
