@@ -114,6 +114,31 @@ def test_woody_same_as_host(woody, name, options):
     assert dev.linear_solver is None and dev.newton_decrements == []
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["one_block", "launches_per_pair"])
+def test_two_loop_forms_same_as_host(woody, fused, monkeypatch):
+    problem, faces, uv, _ = woody
+    monkeypatch.setattr(first_order_loop.FirstOrderLoopRunner, "fused_two_loop_max_scalars", 1 << 30 if fused else 0)
+    x0 = wp.array(uv, dtype=wp.vec2d, device=problem.device)
+    solve = dict(max_iterations=12, tolerance=1e-9)
+    host = wm.LBFGSSolver(problem, history=4, initial_step=1e-2).solve(x0, **solve)
+    solver = wm.LBFGSSolver(problem, history=4, initial_step=1e-2, device_loop=True)
+    assert solver._device_loop._fused == fused
+    assert_same_solve(host, solver.solve(x0, **solve), problem.device.is_cpu)
+
+
+@pytest.mark.cpu
+def test_one_block_two_loop_with_many_lanes_on_cpu_fibers(monkeypatch):
+    """The one-block recursion's lanes (each its own strided variables, the dots as tile sums) checked on the CPU with
+    Warp's CPU blocks: 8 lanes sum in another order, so to round-off."""
+    problem, x0 = double_well_problem("cpu")
+    solve = dict(max_iterations=30, tolerance=1e-12)
+    host = wm.LBFGSSolver(problem, history=3, initial_step=0.1).solve(x0, **solve)
+    monkeypatch.setattr(wp.config, "enable_cpu_blocks", True)
+    solver = wm.LBFGSSolver(problem, history=3, initial_step=0.1, device_loop=True)
+    solver._device_loop._fused_block_dim = 8
+    assert_same_solve(host, solver.solve(x0, **solve), on_cpu=False, rtol=1e-10)
+
+
 @pytest.mark.parametrize("name", sorted(_SOLVERS))
 def test_backtracking_through_inf_with_pins_same_as_host(device, name):
     problem, x0 = barrier_problem(device)

@@ -126,6 +126,60 @@ def two_loop_down(j: int, rho: wp.array(dtype=wp.float64), dots: wp.array(dtype=
 
 
 @wp.kernel(enable_backward=False, module="unique")
+def two_loop_block(q: wp.array(dtype=Any), s_rows: wp.array2d(dtype=Any), y_rows: wp.array2d(dtype=Any),
+                   rho: wp.array(dtype=wp.float64), gamma: wp.array(dtype=wp.float64), ring: wp.array(dtype=wp.int32),
+                   state: wp.array(dtype=wp.float64), scalar: wp.array(dtype=Any), alphas: wp.array(dtype=wp.float64)):
+    # one block for the whole two-loop recursion over the stored pairs (a small problem: one launch instead of 4 per
+    # pair); each lane owns the variables i = lane, lane + block_dim, ..., so only the dot products cross lanes (a
+    # tile sum). On the CPU one lane: the dots in index order, as ring_dot and array_inner there. Vectors only
+    # (scalar variables come as vec1 views)
+    _b, lane = wp.tid()
+    if not _needs_direction(state) or ring[COUNT] == 0:
+        return
+    count = ring[COUNT]
+    m = rho.shape[0]
+    n = q.shape[0]
+    bd = wp.block_dim()
+    for j in range(count):  # newest to oldest: a_j = rho (s . q), q -= a_j y
+        row = _newest_row(ring, j, m)
+        acc = scalar.dtype(0.0)
+        i = lane
+        while i < n:
+            u = s_rows[row, i]
+            v = q[i]
+            for k in range(wp.static(len(q.dtype))):
+                acc += u[k] * v[k]
+            i += bd
+        a = rho[row] * wp.float64(wp.tile_extract(wp.tile_sum(wp.tile(acc)), 0))
+        alphas[j] = a  # every lane writes the same value and reads back its own
+        i = lane
+        while i < n:
+            q[i] = q[i] + scalar.dtype(-a) * y_rows[row, i]
+            i += bd
+    g = scalar.dtype(gamma[_newest_row(ring, 0, m)])
+    i = lane
+    while i < n:
+        q[i] = g * q[i]
+        i += bd
+    for jj in range(count):  # oldest to newest: b = rho (y . q), q += (a_j - b) s
+        j = count - 1 - jj
+        row = _newest_row(ring, j, m)
+        acc = scalar.dtype(0.0)
+        i = lane
+        while i < n:
+            u = y_rows[row, i]
+            v = q[i]
+            for k in range(wp.static(len(q.dtype))):
+                acc += u[k] * v[k]
+            i += bd
+        b = rho[row] * wp.float64(wp.tile_extract(wp.tile_sum(wp.tile(acc)), 0))
+        i = lane
+        while i < n:
+            q[i] = q[i] + scalar.dtype(alphas[j] - b) * s_rows[row, i]
+            i += bd
+
+
+@wp.kernel(enable_backward=False, module="unique")
 def scale_by_gamma(gamma: wp.array(dtype=wp.float64), ring: wp.array(dtype=wp.int32),
                    state: wp.array(dtype=wp.float64), scalar: wp.array(dtype=Any), q: wp.array(dtype=Any)):
     # one thread per variable: q *= gamma of the newest pair (the initial inverse Hessian (s . y / y . y) I)

@@ -46,13 +46,22 @@ from warp_meshad._src.solve.options import DeviceLoop
 __all__ = ["FirstOrderLoopRunner"]
 
 _BLOCK = 256  # threads per block of the reductions on a GPU
+_FUSED_BLOCK = 1024  # threads of the one block of a small problem's two-loop recursion
 _MAX_BLOCKS = 256
 _GG, _GD, _SY, _SS, _YY = 0, 1, 2, 3, 4  # the slots of FirstOrderLoopRunner.sums
 
 
 class FirstOrderLoopRunner(DeviceLoopBase):
     """Buffers, kernels and graphs of one first-order solver's device loop (made by ``LBFGSSolver`` with
-    ``history = m`` pairs, or ``GradientDescentSolver`` with ``history = 0``)."""
+    ``history = m`` pairs, or ``GradientDescentSolver`` with ``history = 0``).
+
+    Attributes:
+        fused_two_loop_max_scalars: problems of at most this many scalar unknowns run the two-loop recursion in one
+            block (:func:`~warp_meshad._src.solve.first_order_kernels.two_loop_block`), larger ones as ``4 m``
+            launches over the device (the same arithmetic: on the CPU the same bits).
+    """
+
+    fused_two_loop_max_scalars: int = 1 << 16
 
     def __init__(self, solver, options: DeviceLoop, history: int, initial_step: float = 1.0):
         super().__init__(solver, options)
@@ -90,6 +99,11 @@ class FirstOrderLoopRunner(DeviceLoopBase):
             self._block_dim = _BLOCK
         else:  # one thread: index order, as wp.utils.array_inner on the CPU
             self._blocks, self._block_dim = 1, 1
+        # the two-loop recursion as one block's launch where the problem is small (every pair's dot product is then
+        # a tile sum, not a launch), else four launches per pair over the whole device
+        scalars = n * (1 if p.variable_type == self.scalar else p.variable_type._length_)
+        self._fused = self.m > 0 and scalars <= self.fused_two_loop_max_scalars
+        self._fused_block_dim = _FUSED_BLOCK if dev.is_cuda else 1
 
     def _vec_view(self, a: wp.array) -> wp.array:
         if a.dtype != self.scalar:
@@ -139,7 +153,11 @@ class FirstOrderLoopRunner(DeviceLoopBase):
         wp.launch(fk.begin_direction, dim=n, device=dev,
                   inputs=[self.g, int(m > 0), wp.float64(self.initial_step), self.ring, self.state, self.one, self.q,
                           self.g_prev])
-        if m:
+        if m and self._fused:
+            wp.launch_tiled(fk.two_loop_block, dim=[1], block_dim=self._fused_block_dim, device=dev,
+                            inputs=[self._views[id(self.q)], self._s_view, self._y_view, self.rho, self.gamma,
+                                    self.ring, self.state, self.one, self.alphas])
+        elif m:
             for j in range(m):  # newest to oldest
                 self._ring_dot(self._s_view, j, j)
                 wp.launch(fk.two_loop_down, dim=n, device=dev,
