@@ -118,7 +118,14 @@ def main(argv=None):
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=None, help="cap per solve (default: the config's)")
     parser.add_argument("--energy-rtol", type=float, default=1e-9)
+    parser.add_argument("--fused-max", type=int, default=None,
+                        help="FirstOrderLoopRunner.fused_two_loop_max_scalars (0: the two-loop recursion as launches "
+                             "per pair; default: the library's)")
     args = parser.parse_args(argv)
+    if args.fused_max is not None:
+        from warp_meshad._src.solve.first_order_loop import FirstOrderLoopRunner
+
+        FirstOrderLoopRunner.fused_two_loop_max_scalars = args.fused_max
     wp.config.quiet = True
     wp.init()
     guard_cpu_out(wp.get_device(args.device).is_cuda)

@@ -26,6 +26,8 @@ BENCHMARK_PRIVATE = {
     "warp_meshad._src.solve.vector_ops": {"scale_into"},
     # batch_param, cudss_calls: time the direct back-ends' analysis, factorization and solve inside the solver loops
     "warp_meshad._src.solve": {"linear"},
+    # first_order_loop: the size up to which the two-loop recursion runs in one block (both forms timed)
+    "warp_meshad._src.solve.first_order_loop": {"FirstOrderLoopRunner"},
 }
 HEAVY = ("polyscope", "yaml", "cupy", "torch", "nvmath", "pydantic", "tqdm", "matplotlib", "ray")
 
