@@ -162,6 +162,7 @@ class App(_AppBase):
         vertex_area = np.bincount(self.mesh.faces.ravel(), weights=np.repeat(areas / 3.0, 3), minlength=n)
         self.masses = c.mass * vertex_area / vertex_area.sum()
         self.rest = self.mesh.edge_lengths()
+        self.lap("start point")
 
         self.problem = wm.Problem(n, 3, self.dtype, dev, deterministic=self.config.deterministic)
         springs = MassSpringData(scalar)
@@ -189,6 +190,7 @@ class App(_AppBase):
                                   f"the cloth starts inside the sphere (vertex {int(gap.argmin())} is "
                                   f"{-gap.min():.3g} m inside)")
             bound = self._sphere_step_bound
+        self.lap("problem")
 
         fixed = self.pinned if self.pinned.size else None
         if c.solver == "newton":
@@ -197,6 +199,7 @@ class App(_AppBase):
                                           step_bound_fn=bound, keep_start_factors=c.keep_start_factors)
         else:
             self.solver = wm.NewtonCGSolver(self.problem, fixed=fixed, step_bound_fn=bound)
+        self.lap("solver")
 
     def _sphere_step_bound(self, x: wp.array, d: wp.array) -> float:
         """Continuous collision detection: 0.9 x the first time any vertex would reach the sphere along x + t d."""

@@ -180,6 +180,7 @@ class App(_AppBase):
         uv = self.prepared["uv0"] if "uv0" in self.prepared else _start(mesh, c)
         self.uv0 = uv
         self.uv = wp.array(uv, dtype=wp.vec2d, device=dev)
+        self.lap("start point")
 
         data = SymmetricDirichletData(wp.float64, rest_inverse=wp.array(self.rest_inverse, dtype=wp.mat22d, device=dev),
                                       area=wp.array(mesh.face_areas(), dtype=wp.float64, device=dev))
@@ -189,6 +190,7 @@ class App(_AppBase):
             raise ValueError(f"param: pin_vertex: expected a vertex index below {mesh.vertex_count} (the vertices of "
                              f"{c.mesh}), got {c.pin_vertex}")
         self.pinned = None if c.pin_vertex is None else np.array([c.pin_vertex], dtype=np.int32)
+        self.lap("problem")
         if c.solver == "newton":
             self.solver = wm.NewtonSolver(self.problem, linear_solver=c.linear_solver,
                                           projection=wm.Projection(mode=c.projection, eps=c.projection_eps),
@@ -196,6 +198,7 @@ class App(_AppBase):
                                           hessian_shift=c.hessian_shift)
         else:
             self.solver = wm.LBFGSSolver(self.problem)
+        self.lap("solver")
         self.newton_decrements: list[float] = []
         self.solve_seconds = 0.0
         self.solve_cpu_seconds = 0.0

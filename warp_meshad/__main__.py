@@ -1,7 +1,7 @@
 """Command line: run the apps from YAML configs.
 
     warp-meshad run [CONFIG] [--device DEV] [--steps N] [--output DIR] [--wait] [--set KEY=VALUE ...]
-                    [--test] [--headless | --viewer] [--quiet] [--verbose]
+                    [--test] [--headless | --viewer] [--profile] [--quiet] [--verbose]
     warp-meshad warmup [CONFIG] [--device DEV] [--set KEY=VALUE ...] [--test] [--quiet] [--verbose]
     warp-meshad batch [CONFIG] --meshes DIR|GLOB|LIST.txt --output DIR [--workers N] [--address ADDR]
                       [--batch-size B] [--one-at-a-time] [--build-jobs J] [--device DEV] [--set KEY=VALUE ...]
@@ -18,12 +18,20 @@ A run's outputs appear together, with ``manifest.json`` (sizes and hashes) last,
 an output folder at a time (``--wait`` waits for the other one). SIGINT (Ctrl-C) and SIGTERM end a run or a batch
 with one line saying what was finished and how to resume, exit status 130 / 143, and no output written after the
 signal.
+
+A run's ``metrics.json`` holds the wall time of each phase (``phases_s``: the process's start and imports, the
+setup's config, mesh read, checks, start point, problem and solver, the first and later steps, the outputs);
+``--profile`` also prints them as a table at the end.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
+import time
+
+_MAIN_STARTED = time.perf_counter()  # the command's first line: what came before is Python's start
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
 
 __all__ = ["build_parser", "main"]
 
@@ -84,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--wait", action="store_true",
                        help="when another warp-meshad process writes to the output folder, wait for it to finish "
                             "(default: refuse at once, naming its PID)")
+    run.add_argument("--profile", action="store_true",
+                     help="print where the run's seconds went (start, imports, setup phases, steps, outputs) as a "
+                          "table at the end; metrics.json holds them in any case (phases_s)")
     view = run.add_mutually_exclusive_group()
     view.add_argument("--viewer", action="store_true", help="open the interactive Polyscope viewer")
     view.add_argument("--headless", action="store_true", help="no viewer, even if the config asks for one")
@@ -125,12 +136,18 @@ def _config(args):
     return load_config(args.config, overrides=parse_set(args.overrides), test=args.test, flags=flags)
 
 
-def _run(args) -> int:
+def _run(args, phases) -> int:
     from warp_meshad.app import run
 
+    phases.begin("setup")
+    t0 = time.perf_counter()
     config = _config(args)
+    phases.add("setup", "config", time.perf_counter() - t0)
     viewer = True if args.viewer else (False if args.headless else None)
-    run(config, quiet=args.quiet, viewer=viewer, wait=args.wait)
+    report = run(config, quiet=args.quiet, viewer=viewer, wait=args.wait, phases=phases, plot_in_child=True)
+    if args.profile:
+        print(report.phases.table(f"warp-meshad: where the seconds of {config.app}/{config.scene or 'custom'} went "
+                                  "(wall time):"), file=sys.stderr, flush=True)
     return 0
 
 
@@ -182,6 +199,12 @@ def main(argv=None) -> int:
 
 
 def _main(args) -> int:
+    from warp_meshad._src.app.phases import RunPhases
+
+    phases = RunPhases.from_process_start()
+    if phases.started is None:  # the process's start is not known here: count from the command's first line
+        phases.started = _MAIN_STARTED
+    phases.add("start", "python", max(_MAIN_STARTED - phases.started, 0.0))
     import warp as wp
 
     if not getattr(args, "verbose", False):
@@ -189,6 +212,7 @@ def _main(args) -> int:
     from warp_meshad import MeshError
     from warp_meshad.app import ConfigError, OutputWriteError, ViewerError
 
+    phases.add("start", "imports", time.perf_counter() - _MAIN_STARTED)
     try:
         if args.command == "list":
             return _list(sys.stdout)
@@ -196,7 +220,7 @@ def _main(args) -> int:
             return _warmup(args)
         if args.command == "batch":
             return _batch(args)
-        return _run(args)
+        return _run(args, phases)
     except (ConfigError, MeshError, ViewerError, OutputWriteError) as exc:  # the input's or the disk's fault: say
         _say(f"error: {exc}")                                                 # what, without a traceback
         return 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import time
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -114,6 +115,7 @@ class App:
         dtype: ``wp.float64`` or ``wp.float32``.
         mesh: the input :class:`~warp_meshad.TriMesh` (topology and rest shape).
         prepared: what :meth:`prepare` gave this app (empty when it built everything itself).
+        setup_phases: wall time of the build's phases, ``{name: seconds}`` in order (see :meth:`lap`).
         history: the step records (:class:`~warp_meshad._src.app.history.StepHistory`, a list): one per step,
             ``{"step", "iterations", "energies", "gradient_norms", "time_ms", "reason", "converged",
             "steepest_descent_fallbacks", "fallback_reasons", "linear_solves_capped"}``; a run of more than
@@ -128,16 +130,21 @@ class App:
     history_capacity: ClassVar[int] = DEFAULT_CAPACITY  # latest step records kept in memory besides the first
 
     def __init__(self, config: AppConfig, prepared: dict | None = None):
+        self.setup_phases = {}
+        self._lap_mark = time.perf_counter()
         import warp as wp
 
         config = self._checked_config(config)
         self.config = config
+        self.lap("config check")
         self.device, self.device_reason = resolve_device(config.device, config.origin("device"))
+        self.lap("device")
         self.dtype = wp.float64 if config.dtype == "float64" else wp.float32
         self.history = []
         self.steps_done = 0
         self.prepared = dict(prepared or {})
         self.mesh = self.prepared["mesh"] if "mesh" in self.prepared else self.load_mesh()
+        self.lap("mesh read")
 
     @property
     def history(self) -> StepHistory:
@@ -179,6 +186,18 @@ class App:
 
     # -- building blocks ---------------------------------------------------------------------------------------------
 
+    def lap(self, name: str) -> float:
+        """Record the wall time since the previous lap (or the start of the build) as setup phase ``name`` of
+        :attr:`setup_phases` (added to it when the name repeats); returns it [s]. The base laps ``config check``,
+        ``device``, ``mesh read`` and ``checks`` (:meth:`require_nondegenerate`, whose preceding work is ``other``);
+        apps lap their own steps (``start point``, ``problem``, ``solver``) and the runner laps what is left of the
+        build as ``other``; ``metrics.json["phases_s"]["setup"]`` shows them."""
+        now = time.perf_counter()
+        seconds = now - self._lap_mark
+        self._lap_mark = now
+        self.setup_phases[name] = self.setup_phases.get(name, 0.0) + seconds
+        return seconds
+
     def load_mesh(self):
         """The config's mesh: ``TriMesh.grid`` for ``mesh: grid``, else the file.
 
@@ -196,6 +215,7 @@ class App:
         Raises:
             ConfigError: key ``mesh``, naming the first offending edges or faces and what was expected.
         """
+        self.lap("other")
         m = self.mesh
         try:
             if edges:
@@ -204,6 +224,7 @@ class App:
                 check_nondegenerate(m.source, m.vertices, faces=m.faces, needs=faces)
         except MeshError as exc:
             raise ConfigError(self.config.origin("mesh"), "mesh", str(exc)) from None
+        self.lap("checks")
 
     def record(self, result, **extra) -> dict:
         """Append a :class:`~warp_meshad.SolveResult` to :attr:`history` as one step; return the record."""

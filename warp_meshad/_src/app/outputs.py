@@ -2,7 +2,8 @@
 output folder itself (its default name, and the check that it can be written before any work is done).
 
 Every file is written atomically (temporary file, then ``os.replace``) with the permissions of an ordinary new file
-(``0666`` less the umask). matplotlib is optional and imported only for the plot.
+(``0666`` less the umask). matplotlib is optional and imported only for the plot, whose figure is drawn by
+:mod:`~warp_meshad._src.app.plot` (re-exported here: :func:`convergence_figure`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import numpy as np
 
 from warp_meshad._src.app.base import App
 from warp_meshad._src.app.config import AppConfig, ConfigError
+from warp_meshad._src.app.plot import convergence_figure, convergence_png
 from warp_meshad._src.mesh.files import atomic_write
 from warp_meshad._src.mesh.trimesh import TriMesh
 
-__all__ = ["build_metrics", "check_output_folder", "convergence_figure", "json_safe", "output_folder", "save_mesh",
-           "versions", "write_convergence_plot", "write_metrics"]
+__all__ = ["build_metrics", "check_output_folder", "convergence_figure", "convergence_title", "json_safe",
+           "output_folder", "save_mesh", "versions", "write_convergence_plot", "write_metrics"]
 
 
 def json_safe(v):
@@ -112,87 +114,6 @@ def write_metrics(path: pathlib.Path, metrics: dict) -> None:
     atomic_write(path, w)
 
 
-def _step_colors(count: int):
-    """One colour per step (viridis, first step dark) and the colour map's normalization, for ``count`` steps."""
-    from matplotlib import cm, colors
-
-    norm = colors.Normalize(vmin=1, vmax=max(count, 2))
-    return [cm.viridis(norm(k + 1)) for k in range(count)], norm
-
-
-def convergence_figure(history: list[dict], title: str, per_step: bool):
-    """The figure of ``convergence.png`` (a matplotlib ``Figure``, no pyplot state).
-
-    Args:
-        history: the app's step records (:attr:`App.history`): each with ``energies`` and ``gradient_norms`` per
-            solver iteration (iteration 0 is the step's start).
-        title: the figure's title (app, scene, solver, device).
-        per_step: the steps are separate minimizations (time steps, continuation rounds): the left panel draws each
-            step's energy above its own final value, E - E_end, against the iteration within the step (one line per
-            step; the final point, 0, is left out of the log scale); the right panel the gradient norm per iteration
-            with the steps one after the other and their boundaries marked. Else (one minimization over all steps)
-            the energy and the gradient norm per iteration, steps concatenated.
-
-    Returns:
-        The figure: axes 0 the energy panel, axes 1 the gradient-norm panel (plus a colour-bar axes for more than
-        8 steps).
-    """
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    fig = Figure(figsize=(11, 4.2), layout="constrained")
-    ax_e, ax_g = fig.subplots(1, 2)
-    fig.suptitle(title)
-    count = len(history)
-    if per_step:
-        colors, norm = _step_colors(count)
-        legend_per_step = count <= 8
-        offset = 0
-        for k, (rec, color) in enumerate(zip(history, colors)):
-            e, g = np.asarray(rec["energies"], dtype=np.float64), np.asarray(rec["gradient_norms"], dtype=np.float64)
-            label = f"step {rec['step'] + 1}" + (f" (t = {rec['time']:.4g} s)" if "time" in rec else "")
-            above = e[:-1] - e[-1]
-            ax_e.semilogy(np.arange(above.size), np.where(above > 0.0, above, np.nan), "o-", color=color, lw=1.2,
-                          ms=3, label=label if legend_per_step else None)
-            if g.size:
-                ax_g.semilogy(offset + np.arange(g.size), np.maximum(g, 1e-300), "o-", color=color, lw=1.2, ms=3)
-                if k > 0:
-                    ax_g.axvline(offset - 0.5, color="0.55", ls=":", lw=1.0,
-                                 label="step boundary" if k == 1 else None)
-                offset += g.size
-        ax_e.set(title="energy above the end of its step, per step", xlabel="iteration within the step",
-                 ylabel="E - E(end of step)")
-        ax_g.set(title="gradient norm, steps one after the other", xlabel="iteration (all steps)",
-                 ylabel="gradient norm |g|")
-        if legend_per_step:
-            ax_e.legend(fontsize="small")
-        else:
-            from matplotlib import cm
-
-            fig.colorbar(cm.ScalarMappable(norm=norm, cmap="viridis"), ax=[ax_e, ax_g], label="step")
-        if count > 1:
-            ax_g.legend(fontsize="small", loc="best")
-    else:
-        energies, gnorms = [], []
-        for rec in history:  # one minimization: each step starts where the last one ended (skip the repeat)
-            skip = 1 if energies else 0
-            energies.extend(rec["energies"][skip:])
-            gnorms.extend(rec["gradient_norms"][skip:])
-        e, g = np.asarray(energies, dtype=np.float64), np.asarray(gnorms, dtype=np.float64)
-        ax_e.plot(np.arange(e.size), e, "o-" if e.size < 50 else "-", color="C0", lw=1.2, ms=3)
-        if e.size and np.all(e > 0.0) and e.max() >= 10.0 * e.min():
-            ax_e.set_yscale("log")
-        if g.size:
-            ax_g.semilogy(np.arange(g.size), np.maximum(g, 1e-300), "o-" if g.size < 50 else "-", color="C0",
-                          lw=1.2, ms=3)
-        ax_e.set(title="energy", xlabel="iteration", ylabel="energy E")
-        ax_g.set(title="gradient norm", xlabel="iteration", ylabel="gradient norm |g|")
-    for ax in (ax_e, ax_g):
-        ax.grid(alpha=0.3)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    return fig
-
-
 def write_convergence_plot(path: pathlib.Path, app: App) -> bool:
     """``convergence.png`` (:func:`convergence_figure`): per step for apps whose steps are separate minimizations
     (time steps), per iteration for one minimization. False if matplotlib is missing."""
@@ -200,11 +121,15 @@ def write_convergence_plot(path: pathlib.Path, app: App) -> bool:
         import matplotlib  # noqa: F401
     except ImportError:
         return False
-    c = app.config
-    fig = convergence_figure(app.history, f"{app.name}/{c.scene or 'custom'} ({c.solver}, {app.device})",
-                             per_step=not app.continuous_objective)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    png = convergence_png(app.history, convergence_title(app), per_step=not app.continuous_objective)
+    atomic_write(path, lambda tmp: pathlib.Path(tmp).write_bytes(png))
     return True
+
+
+def convergence_title(app: App) -> str:
+    """The title of ``convergence.png``: app, scene, solver and device."""
+    c = app.config
+    return f"{app.name}/{c.scene or 'custom'} ({c.solver}, {app.device})"
 
 
 def save_mesh(path: pathlib.Path, app: App) -> None:

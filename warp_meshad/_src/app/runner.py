@@ -19,7 +19,7 @@ import contextlib
 import gc
 import pathlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,12 +32,15 @@ from warp_meshad._src.app.output_set import OutputSet, OutputWriteError
 from warp_meshad._src.app.outputs import (
     build_metrics,
     check_output_folder,
+    convergence_title,
     json_safe,
     output_folder,
     save_mesh,
     write_convergence_plot,
     write_metrics,
 )
+from warp_meshad._src.app.phases import RunPhases
+from warp_meshad._src.app.plot import PlotWorker
 from warp_meshad._src.app.progress import Progress, stderr_log
 from warp_meshad._src.app.registry import app_class
 from warp_meshad._src.codegen.module_loads import ModuleLoads
@@ -64,6 +67,9 @@ class RunReport:
         files: the files written, by kind (``mesh``, ``metrics``, ``convergence``, ``screenshot``, ``manifest``).
         metrics: the content of ``metrics.json``.
         messages: notes (skipped outputs and why).
+        phases: the wall time of the run's phases (:class:`~warp_meshad._src.app.phases.RunPhases`; its
+            :meth:`~warp_meshad._src.app.phases.RunPhases.table` is what ``--profile`` prints), the outputs written
+            after ``metrics.json`` included.
     """
 
     app: App
@@ -71,6 +77,7 @@ class RunReport:
     files: dict
     metrics: dict
     messages: list
+    phases: RunPhases = field(default_factory=RunPhases)
 
 
 class _StepClock:
@@ -99,19 +106,27 @@ class _StepClock:
 
 
 def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: ModuleLoads, clock: _StepClock,
-            check: bool, log, messages: list, plot: bool = True, state: dict | None = None) -> RunReport:
+            check: bool, log, messages: list, plot: bool = True, state: dict | None = None,
+            phases: RunPhases | None = None, plotter: PlotWorker | None = None) -> RunReport:
     """Check the app after its run, write its outputs (final mesh, convergence plot unless ``plot`` is False,
     screenshot, metrics.json, then the manifest) as one :class:`OutputSet` and return the report; a
     ``check_final`` failure is raised after the outputs are written. The screenshot's child process renders while this
-    one writes the mesh and the plot. ``state["phase"]`` becomes ``"done"`` once the outputs are in place (a signal
-    that came while they were renamed takes effect just after).
+    one writes the mesh and the plot; a ``plotter`` (:class:`~warp_meshad._src.app.plot.PlotWorker`) draws the plot
+    while this process checks the app and writes the mesh, and its PNG is written here (drawn here instead when the
+    worker gives none). ``state["phase"]`` becomes ``"done"`` once the outputs are in place (a signal that came while
+    they were renamed takes effect just after). The outputs' phases are added to ``phases``.
 
     Raises:
         OutputWriteError: an output could not be written (nothing of this run is left in ``out``).
         AssertionError: ``check_final`` failed (after the outputs are written).
     """
+    phases = phases if phases is not None else RunPhases()
+    phases.begin("outputs")
+    if plot and plotter is not None:
+        plotter.submit(app.history, convergence_title(app), per_step=not app.continuous_objective)
     failure = None
     status = "not run"
+    t0 = time.perf_counter()
     if check:
         if app.steps_done < config.steps:
             status = f"skipped: {app.steps_done} of {plural(config.steps, 'step')} taken"
@@ -122,6 +137,7 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
             except AssertionError as exc:
                 status = f"failed: {exc}"
                 failure = exc
+    phases.add("outputs", "check", time.perf_counter() - t0)
 
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -130,22 +146,34 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
     with OutputSet(out) as outputs:
         failed = []
 
+        def write_plot():
+            png, why = plotter.result() if plotter is not None else (None, "")
+            if png is not None:
+                written = outputs.write("convergence.png", lambda tmp: pathlib.Path(tmp).write_bytes(png))
+            else:
+                if why:
+                    log(f"drawing convergence.png in this process: {why}")
+                written = outputs.write("convergence.png", lambda tmp: write_convergence_plot(tmp, app))
+            if written:
+                kinds["convergence"] = "convergence.png"
+            else:
+                messages.append("convergence.png skipped: matplotlib is not installed (pip install matplotlib)")
+
         def mesh_and_plot():
             try:
-                outputs.write(mesh_name, lambda tmp: save_mesh(tmp, app))
+                with phases.timed("outputs", "mesh"):
+                    outputs.write(mesh_name, lambda tmp: save_mesh(tmp, app))
                 kinds["mesh"] = mesh_name
                 if plot:
-                    if outputs.write("convergence.png", lambda tmp: write_convergence_plot(tmp, app)):
-                        kinds["convergence"] = "convergence.png"
-                    else:
-                        messages.append("convergence.png skipped: matplotlib is not installed (pip install "
-                                        "matplotlib)")
+                    with phases.timed("outputs", "plot"):
+                        write_plot()
             except BaseException:
                 failed.append(True)
                 raise
 
         try:
             if config.screenshot:  # the screenshot's child renders while this process writes the mesh and the plot
+                t_shot = time.perf_counter()
                 try:
                     ok, why = _viewer.screenshot(app, outputs.temp_path("screenshot.png"),
                                                  while_rendering=mesh_and_plot)
@@ -159,15 +187,23 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
                     kinds["screenshot"] = "screenshot.png"
                 elif not ok:
                     messages.append(f"screenshot.png skipped: {why}")
+                beside = phases.seconds("outputs", "mesh") + phases.seconds("outputs", "plot")
+                phases.add("outputs", "screenshot", max(time.perf_counter() - t_shot - beside, 0.0))
             else:
                 mesh_and_plot()
             times["outputs"] = (time.perf_counter() - t0) * 1000.0
+            t_metrics = time.perf_counter()
             metrics = build_metrics(app, times, status)
             metrics["compile"] = json_safe({**loads.summary(), **clock.summary()})
-            outputs.write("metrics.json", lambda tmp: write_metrics(tmp, metrics))
+            phases.add("outputs", "metrics", time.perf_counter() - t_metrics)
+            metrics["phases_s"] = json_safe(phases.as_dict())
+            metrics["phases_total_s"] = json_safe(phases.total_s(now=True))
+            with phases.timed("outputs", "metrics write"):
+                outputs.write("metrics.json", lambda tmp: write_metrics(tmp, metrics))
             kinds["metrics"] = "metrics.json"
             try:
-                paths = outputs.commit({"app": app.name, "scene": config.scene, "check_final": status})
+                with phases.timed("outputs", "commit"):
+                    paths = outputs.commit({"app": app.name, "scene": config.scene, "check_final": status})
             finally:
                 if outputs.committed and state is not None:
                     state["phase"] = "done"
@@ -175,6 +211,7 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
             if isinstance(exc, OutputWriteError):
                 raise
             raise OutputWriteError(exc.filename or out, exc, out) from None
+    phases.end("outputs")
     files = {kind: paths[name] for kind, name in kinds.items() if name in paths}
     files["manifest"] = paths["manifest.json"]
     for m in messages:
@@ -183,7 +220,7 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
         f"{app.energy:.9g}, check_final {status}; wrote {', '.join(p.name for p in files.values())} to {out}")
     if failure is not None:
         raise failure
-    return RunReport(app, out, files, metrics, messages)
+    return RunReport(app, out, files, metrics, messages, phases)
 
 
 def _interrupted_run(exc: BaseException, config: AppConfig, out: pathlib.Path, phase: str, app: App | None,
@@ -229,7 +266,8 @@ def setup_objects_frozen():
 
 
 def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, check: bool = True,
-            log=None, plot: bool = True, prepared=None, wait: bool = False) -> RunReport:
+            log=None, plot: bool = True, prepared=None, wait: bool = False, phases: RunPhases | None = None,
+            plot_in_child: bool = False) -> RunReport:
     """Build the config's app, run it (headless, or in the viewer), check it, and write its outputs.
 
     The output folder is checked for writing and locked first (one writer per folder: another process's run or
@@ -239,6 +277,9 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
     (:meth:`~warp_meshad._src.codegen.module_loads.ModuleLoads.summary`), ``cache_warm``, and the first and the median later
     step time (``first_step_s``, ``median_step_s``: the first step pays for the compiles of a cold cache). The
     steps run inside :func:`setup_objects_frozen` (no full garbage collection over the objects built before them).
+    ``metrics.json["phases_s"]`` holds the wall time of each phase of the run (setup, steps, outputs:
+    :mod:`~warp_meshad._src.app.phases`) and ``phases_total_s`` their sum from the run's (or, given ``phases`` from
+    the command line, the process's) start.
 
     Args:
         config: an app config (from :func:`load_config`, or built directly).
@@ -251,6 +292,11 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
             :class:`~warp_meshad._src.app.prefetch.Prefetch`), or a callable returning it (or None); None: the app
             builds everything itself.
         wait: when another process holds the output folder, wait for it instead of refusing.
+        phases: the phases timed before this call (the command line's start, imports and config), to which the run
+            adds its own; None: a new :class:`~warp_meshad._src.app.phases.RunPhases`.
+        plot_in_child: draw ``convergence.png`` in a child process started now
+            (:class:`~warp_meshad._src.app.plot.PlotWorker`: it imports matplotlib while the app builds and steps;
+            the command line does this); False: in this process, after the steps.
 
     Returns:
         :class:`RunReport`.
@@ -264,16 +310,24 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
     """
     if log is None:
         log = stderr_log(quiet)
+    phases = phases if phases is not None else RunPhases()
+    phases.begin("setup")
+    t0 = time.perf_counter()
     out = check_output_folder(output_folder(config), config.origin("output"))
-    with FolderLock(out, config.origin("output"), wait=wait, log=log):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(FolderLock(out, config.origin("output"), wait=wait, log=log))
+        phases.add("setup", "output folder", time.perf_counter() - t0)
         state = {"phase": "build", "app": None}
         try:
-            return _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state)
+            plotter = None
+            if plot and plot_in_child and not (config.viewer if viewer is None else viewer) and PlotWorker.available():
+                plotter = stack.enter_context(PlotWorker()).start()
+            return _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state, phases, plotter)
         except KeyboardInterrupt as exc:
             raise _interrupted_run(exc, config, out, state["phase"], state["app"]) from None
 
 
-def _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state) -> RunReport:
+def _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state, phases, plotter) -> RunReport:
     """:func:`run_app` once the folder is locked; ``state`` tells an interrupt how far it came."""
     times = {}
     t0 = time.perf_counter()
@@ -284,11 +338,22 @@ def _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state) -
     messages = []
     clock = _StepClock()
     with ModuleLoads(log=None if quiet else log) as loads:
-        app = app_class(config.app, config.origin("app"))(config, _resolved(prepared))
+        t1 = time.perf_counter()
+        cls = app_class(config.app, config.origin("app"))
+        phases.add("setup", "app import", time.perf_counter() - t1)
+        t1 = time.perf_counter()
+        ahead = _resolved(prepared)
+        if prepared is not None:
+            phases.add("setup", "prepared", time.perf_counter() - t1)
+        app = cls(config, ahead)
+        app.lap("other")
+        phases.update("setup", app.setup_phases)
         state.update(app=app, phase="steps")
         log(app.describe())
         times["setup"] = (time.perf_counter() - t0) * 1000.0
+        phases.end("setup")
 
+        phases.begin("steps")
         t0 = time.perf_counter()
         use_viewer = config.viewer if viewer is None else viewer
         if use_viewer:
@@ -305,11 +370,17 @@ def _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state) -
             with setup_objects_frozen():
                 app.run(after_step)
         times["run"] = (time.perf_counter() - t0) * 1000.0
+        if use_viewer:
+            phases.add("steps", "viewer", times["run"] / 1000.0)
+        elif clock.first is not None:
+            phases.add("steps", "first", clock.first)
+            phases.add("steps", "rest", max(clock.last - t0 - clock.first, 0.0))
+        phases.end("steps")
     times["compile"] = loads.compile_s * 1000.0
     if loads.compiled:
         log(loads.describe())
     state["phase"] = "outputs"
-    return _finish(app, config, out, times, loads, clock, check, log, messages, plot, state)
+    return _finish(app, config, out, times, loads, clock, check, log, messages, plot, state, phases, plotter)
 
 
 def _resolved(prepared):
