@@ -8,32 +8,49 @@ storage preallocated from the mesh topology.
 The device library (dual numbers, ``ad`` math, built-in energies) is :mod:`warp_meshad.kernels`; the app framework
 :mod:`warp_meshad.app`, contact :mod:`warp_meshad.contact`, time stepping :mod:`warp_meshad.dynamics`, the apps
 :mod:`warp_meshad.apps` and their YAML scenes :mod:`warp_meshad.configs`.
+
+Importing the package imports none of them, nor Warp: each name of ``__all__`` comes from its module when it is
+first used (``wm.Problem`` imports the problem's modules, ``wm.NewtonSolver`` the solvers').
 """
 
-from ._src.codegen.energy_errors import EnergyError
-from ._src.interop.convert import to_cupy, to_scipy
-from ._src.mesh.trimesh import MeshError, TriMesh
-from ._src.mesh.tetmesh import TetMesh
-from ._src.solve.linear import LinearSolveError, LinearSolveInfo, LinearSolver, make_linear_solver
-from ._src.mesh.locality import locality_order
-from ._src.solve.implicit import implicit_gradient
-from ._src.problem.problem import Problem
-from ._src.problem.batch import ProblemBatch
-from ._src.solve.batch_solver import BatchNewtonSolver, BatchSolveResult
-from ._src.solve.options import DeviceLoop, LineSearch, Projection
-from ._src.problem.tiled import TileConfig
-from ._src.solve.solvers import (
-    GaussNewtonSolver,
-    GradientDescentSolver,
-    LBFGSSolver,
-    NewtonCGSolver,
-    NewtonHooks,
-    NewtonSolver,
-    SolveResult,
-)
-from ._src.mesh.tutte import tutte_embedding
+import importlib as _importlib
 
 __version__ = "0.1.0"
+
+# each public name and the private module that defines it: imported on first use (PEP 562), so that importing the
+# package costs nothing of Warp, the solvers or the linear back-ends until a name is asked for
+_HOMES = {
+    "BatchNewtonSolver": "warp_meshad._src.solve.batch_solver",
+    "BatchSolveResult": "warp_meshad._src.solve.batch_solver",
+    "DeviceLoop": "warp_meshad._src.solve.options",
+    "EnergyError": "warp_meshad._src.codegen.energy_errors",
+    "GaussNewtonSolver": "warp_meshad._src.solve.solvers",
+    "GradientDescentSolver": "warp_meshad._src.solve.solvers",
+    "LBFGSSolver": "warp_meshad._src.solve.solvers",
+    "LineSearch": "warp_meshad._src.solve.options",
+    "LinearSolveError": "warp_meshad._src.solve.linear",
+    "LinearSolveInfo": "warp_meshad._src.solve.linear",
+    "LinearSolver": "warp_meshad._src.solve.linear",
+    "MeshError": "warp_meshad._src.mesh.trimesh",
+    "NewtonCGSolver": "warp_meshad._src.solve.solvers",
+    "NewtonHooks": "warp_meshad._src.solve.solvers",
+    "NewtonSolver": "warp_meshad._src.solve.solvers",
+    "Problem": "warp_meshad._src.problem.problem",
+    "ProblemBatch": "warp_meshad._src.problem.batch",
+    "Projection": "warp_meshad._src.solve.options",
+    "SolveResult": "warp_meshad._src.solve.solvers",
+    "TetMesh": "warp_meshad._src.mesh.tetmesh",
+    "TileConfig": "warp_meshad._src.problem.tiled",
+    "TriMesh": "warp_meshad._src.mesh.trimesh",
+    "locality_order": "warp_meshad._src.mesh.locality",
+    "implicit_gradient": "warp_meshad._src.solve.implicit",
+    "make_linear_solver": "warp_meshad._src.solve.linear",
+    "to_cupy": "warp_meshad._src.interop.convert",
+    "to_scipy": "warp_meshad._src.interop.convert",
+    "tutte_embedding": "warp_meshad._src.mesh.tutte",
+}
+# the public submodules, reachable as attributes too (``wm.app`` after ``import warp_meshad as wm``)
+_SUBMODULES = ("app", "apps", "configs", "contact", "dynamics", "kernels", "torch")
 
 __all__ = [
     "BatchNewtonSolver",
@@ -65,3 +82,19 @@ __all__ = [
     "to_scipy",
     "tutte_embedding",
 ]
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is not None:
+        value = getattr(_importlib.import_module(home), name)
+    elif name in _SUBMODULES:
+        value = _importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later look-ups find it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))

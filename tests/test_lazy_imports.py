@@ -1,0 +1,89 @@
+"""Importing warp_meshad costs nothing until a name is used (warp_meshad/__init__.py, PEP 562): no Warp, no
+plotting module, no solver or linear back-end module, no optional dependency; each name comes from its module when
+first asked for, and the app framework imports no plotting module either."""
+
+import importlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import warp_meshad
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PLOTTING = ("matplotlib", "polyscope")
+OPTIONAL = ("cupy", "nvmath", "torch", "ray", "pydantic", "yaml", "trimesh", "meshio")
+
+# one fresh process: what is loaded after each stage (json: stage -> module names of interest)
+_STAGES = """
+import json, sys
+def loaded():
+    return sorted(m for m in sys.modules if m.split(".")[0] in ("warp", "scipy", "matplotlib", "polyscope", "cupy",
+                  "nvmath", "torch", "ray", "pydantic", "yaml", "trimesh", "meshio")
+                  or m.startswith(("warp_meshad._src.solve", "warp_meshad._src.app")))
+out = {}
+import warp_meshad as wm
+out["import"] = loaded()
+wm.TriMesh, wm.Problem, wm.tutte_embedding
+out["mesh and problem"] = loaded()
+wm.NewtonSolver
+out["solver"] = loaded()
+import warp_meshad.app
+out["app"] = loaded()
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def stages() -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", _STAGES], cwd=ROOT.parent, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _top(names) -> set:
+    return {n.split(".")[0] for n in names}
+
+
+def test_importing_the_package_loads_nothing_heavy(stages):
+    assert stages["import"] == []  # not even Warp
+
+
+def test_meshes_and_problems_load_no_solver_scipy_or_plotting_module(stages):
+    loaded = stages["mesh and problem"]
+    assert "warp" in _top(loaded)  # the problem is a Warp program
+    assert not [m for m in loaded if m.startswith("warp_meshad._src.solve")], loaded
+    assert not [m for m in loaded if m.startswith("scipy")], loaded  # Tutte's sparse solve imports SciPy when it runs
+    assert not _top(loaded) & set(PLOTTING + OPTIONAL), loaded
+
+
+def test_a_solver_loads_the_linear_back_ends_but_none_of_their_libraries(stages):
+    loaded = stages["solver"]
+    assert "warp_meshad._src.solve.solvers" in loaded and "warp_meshad._src.solve.linear.registry" in loaded
+    assert "scipy.sparse.linalg" not in loaded  # the SciPy back-ends import it at their first solve
+    assert not _top(loaded) & set(PLOTTING + ("cupy", "nvmath", "torch", "ray")), loaded
+
+
+def test_the_app_framework_loads_no_plotting_module(stages):
+    loaded = stages["app"]
+    assert "warp_meshad._src.app.runner" in loaded and "pydantic" in _top(loaded)  # configs are pydantic models
+    assert "warp_meshad._src.app.plot" in loaded  # the figure's module: numpy only until it draws
+    assert not _top(loaded) & set(PLOTTING + ("cupy", "nvmath", "torch", "ray", "yaml")), loaded
+
+
+def test_every_public_name_comes_from_its_module():
+    assert sorted(warp_meshad._HOMES) == sorted(warp_meshad.__all__)
+    for name, home in warp_meshad._HOMES.items():
+        assert getattr(warp_meshad, name) is getattr(importlib.import_module(home), name), name
+    assert set(warp_meshad.__all__) <= set(dir(warp_meshad)) and "app" in dir(warp_meshad)
+    assert warp_meshad.app is importlib.import_module("warp_meshad.app")
+    with pytest.raises(AttributeError, match="module 'warp_meshad' has no attribute 'Solver'"):
+        warp_meshad.Solver  # noqa: B018
+    ns = {}
+    exec("from warp_meshad import *", ns)
+    assert set(warp_meshad.__all__) <= set(ns)
