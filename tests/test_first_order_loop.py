@@ -60,6 +60,7 @@ def reads(monkeypatch):
         return original(arr)
 
     monkeypatch.setattr(first_order_loop, "read_record", counted)
+    monkeypatch.setattr(device_loop, "read_record", counted)  # the per-slot read (DeviceLoopBase._poll)
     return count
 
 

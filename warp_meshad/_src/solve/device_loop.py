@@ -139,6 +139,18 @@ class DeviceLoopBase:
             if self.conditional:  # load the while node's kernel before a capture needs it
                 wp.launch(k.search_open, dim=1, device=self.device, inputs=[tries, self.state, self.searching])
 
+    def _poll(self, callback, seen: list):
+        """A slot's one read of ``state``, and the callback after a newly accepted step (``seen``: ``[iterations
+        reported so far]``, updated). Returns ``(state, stop)``: stop is ``"callback"`` when the callback asked,
+        ``"status"`` when the loop has stopped, else None."""
+        state = read_record(self.state)
+        iterations = int(state[k.ITERATIONS])
+        if callback is not None and iterations > seen[0] and state[k.PHASE] == 0.0:
+            seen[0] = iterations
+            if callback(iterations, self.x, float(state[k.F])):
+                return state, "callback"
+        return state, ("status" if state[k.STATUS] != 0.0 else None)
+
     def _conditional_failed(self, exc: Exception) -> bool:
         """A capture with the line search's while node failed: capture without it from now on (``trials`` per
         slot) and keep the reason in :attr:`conditional_error`. False where no while node was captured."""
@@ -370,22 +382,17 @@ class DeviceLoopRunner(DeviceLoopBase):
             wp.launch(k.start_may_keep_factors, dim=1, device=self.device, inputs=[self.solve_failed, self.state])
             mark_if_different(self.x, self.factored_x, self.state, int(k.SAME_START))
         self.timer.lap("derivatives")
-        iterations_seen, stopped_by_callback, rejected = 0, False, 0
+        seen, stopped_by_callback, rejected = [0], False, 0
         tries_rounds = math.ceil(self.solver.line_search.tries / self.options.trials)
         slots = max_iterations if not self.options.poll else max_iterations * tries_rounds
         kept = False
         for slot in range(slots + 1):
             if self.options.poll:
-                state = read_record(self.state)
-                kept = slot == 0 and self.keep and state[k.SAME_START] == 1.0
-                iterations = int(state[k.ITERATIONS])
-                if callback is not None and iterations > iterations_seen and state[k.PHASE] == 0.0:
-                    iterations_seen = iterations
-                    if callback(iterations, self.x, float(state[k.F])):
-                        stopped_by_callback = True
-                        break
-                if state[k.STATUS] != 0.0:
+                state, stop = self._poll(callback, seen)
+                if stop is not None:
+                    stopped_by_callback = stop == "callback"
                     break
+                kept = slot == 0 and self.keep and state[k.SAME_START] == 1.0
                 if state[k.REJECTED] > rejected:
                     rejected = int(state[k.REJECTED])
                     self._direction_rejected()

@@ -13,6 +13,17 @@ import warp as wp
 
 from warp_meshad._src.solve.policy import codes
 from warp_meshad._src.solve.policy import device as policy
+from warp_meshad._src.solve.policy.device import (  # noqa: F401 (the loops read them from here)
+    ENERGY_CHANGE,
+    GRADIENT_NORM,
+    LINE_SEARCH_FAILED,
+    LINEAR_SOLVE_FAILED,
+    LINEAR_SOLVE_INACCURATE,
+    MAX_ITERATIONS,
+    NEWTON_DECREMENT,
+    NON_FINITE_ENERGY,
+    NON_FINITE_GRADIENT,
+)
 
 # state slots (float64 array of STATE_SIZE)
 STATUS = wp.constant(0)  # 0 running, else a stop code (REASONS)
@@ -47,16 +58,7 @@ H_ALPHA = wp.constant(8)
 H_TRIES = wp.constant(9)
 HISTORY_SIZE = 10
 
-# stop codes written to state[STATUS] and fallback codes (the policy's, :mod:`~warp_meshad._src.solve.policy.codes`)
-GRADIENT_NORM = wp.constant(codes.GRADIENT_NORM)
-NEWTON_DECREMENT = wp.constant(codes.NEWTON_DECREMENT)
-ENERGY_CHANGE = wp.constant(codes.ENERGY_CHANGE)
-MAX_ITERATIONS = wp.constant(codes.MAX_ITERATIONS)
-LINE_SEARCH_FAILED = wp.constant(codes.LINE_SEARCH_FAILED)
-NON_FINITE_ENERGY = wp.constant(codes.NON_FINITE_ENERGY)
-NON_FINITE_GRADIENT = wp.constant(codes.NON_FINITE_GRADIENT)
-LINEAR_SOLVE_FAILED = wp.constant(codes.LINEAR_SOLVE_FAILED)
-LINEAR_SOLVE_INACCURATE = wp.constant(codes.LINEAR_SOLVE_INACCURATE)
+# stop codes written to state[STATUS] and fallback codes: the policy's (:mod:`~warp_meshad._src.solve.policy.device`)
 REASONS = codes.REASONS
 CONVERGED = codes.CONVERGED
 FALLBACKS = codes.FALLBACKS

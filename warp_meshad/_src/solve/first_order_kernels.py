@@ -46,6 +46,21 @@ def _newest_row(ring: wp.array(dtype=wp.int32), j: int, m: int):
     return (ring[NEXT] - 1 - j + 2 * m) % m
 
 
+@wp.func
+def _add_dot(acc: Any, u: Any, v: Any):
+    # acc + u . v, the components added one at a time into acc (array_inner's order on the CPU)
+    total = acc
+    for k in range(len(u)):
+        total += u[k] * v[k]
+    return total
+
+
+@wp.func
+def _block_total(acc: Any):
+    # the sum of every lane's acc, on every lane of the block
+    return wp.tile_extract(wp.tile_sum(wp.tile(acc)), 0)
+
+
 @wp.kernel(enable_backward=False, module="unique")
 def ring_dot(rows: wp.array2d(dtype=Any), v: wp.array(dtype=Any), ring: wp.array(dtype=wp.int32),
              state: wp.array(dtype=wp.float64), which: int, j: int, stride: int, out: wp.array(dtype=Any), slot: int):
@@ -64,12 +79,9 @@ def ring_dot(rows: wp.array2d(dtype=Any), v: wp.array(dtype=Any), ring: wp.array
     acc = out.dtype(0.0)
     i = b * wp.block_dim() + lane
     while i < v.shape[0]:
-        a = rows[row, i]
-        c = v[i]
-        for k in range(wp.static(len(v.dtype))):
-            acc += a[k] * c[k]
+        acc = _add_dot(acc, rows[row, i], v[i])
         i += stride
-    total = wp.tile_extract(wp.tile_sum(wp.tile(acc)), 0)
+    total = _block_total(acc)
     if lane == 0:
         wp.atomic_add(out, slot, total)
 
@@ -83,12 +95,9 @@ def dot(a: wp.array(dtype=Any), b: wp.array(dtype=Any), stride: int, out: wp.arr
     acc = out.dtype(0.0)
     i = blk * wp.block_dim() + lane
     while i < a.shape[0]:
-        u = a[i]
-        v = b[i]
-        for k in range(wp.static(len(a.dtype))):
-            acc += u[k] * v[k]
+        acc = _add_dot(acc, a[i], b[i])
         i += stride
-    total = wp.tile_extract(wp.tile_sum(wp.tile(acc)), 0)
+    total = _block_total(acc)
     if lane == 0:
         wp.atomic_add(out, slot, total)
 
@@ -145,12 +154,9 @@ def two_loop_block(q: wp.array(dtype=Any), s_rows: wp.array2d(dtype=Any), y_rows
         acc = scalar.dtype(0.0)
         i = lane
         while i < n:
-            u = s_rows[row, i]
-            v = q[i]
-            for k in range(wp.static(len(q.dtype))):
-                acc += u[k] * v[k]
+            acc = _add_dot(acc, s_rows[row, i], q[i])
             i += bd
-        a = rho[row] * wp.float64(wp.tile_extract(wp.tile_sum(wp.tile(acc)), 0))
+        a = rho[row] * wp.float64(_block_total(acc))
         alphas[j] = a  # every lane writes the same value and reads back its own
         i = lane
         while i < n:
@@ -167,12 +173,9 @@ def two_loop_block(q: wp.array(dtype=Any), s_rows: wp.array2d(dtype=Any), y_rows
         acc = scalar.dtype(0.0)
         i = lane
         while i < n:
-            u = y_rows[row, i]
-            v = q[i]
-            for k in range(wp.static(len(q.dtype))):
-                acc += u[k] * v[k]
+            acc = _add_dot(acc, y_rows[row, i], q[i])
             i += bd
-        b = rho[row] * wp.float64(wp.tile_extract(wp.tile_sum(wp.tile(acc)), 0))
+        b = rho[row] * wp.float64(_block_total(acc))
         i = lane
         while i < n:
             q[i] = q[i] + scalar.dtype(alphas[j] - b) * s_rows[row, i]

@@ -247,17 +247,12 @@ class FirstOrderLoopRunner(DeviceLoopBase):
         stopped_by_callback = False
         capture = self.options.capture
         if self.options.poll:
-            iterations_seen = 0
+            seen = [0]
             tries_rounds = -(-self.solver.line_search.tries // self.options.trials)
             for slot in range(max_iterations * tries_rounds + 1):
-                state = read_record(self.state)
-                iterations = int(state[k.ITERATIONS])
-                if callback is not None and iterations > iterations_seen and state[k.PHASE] == 0.0:
-                    iterations_seen = iterations
-                    if callback(iterations, self.x, float(state[k.F])):
-                        stopped_by_callback = True
-                        break
-                if state[k.STATUS] != 0.0:
+                _, stop = self._poll(callback, seen)
+                if stop is not None:
+                    stopped_by_callback = stop == "callback"
                     break
                 if capture and (slot > 0 or self._graphs):
                     wp.capture_launch(self._captured_slot_graph(s))

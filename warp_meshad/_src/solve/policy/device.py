@@ -1,7 +1,7 @@
 """The loops' decisions as ``@wp.func`` (float64) for the device loops' one-thread kernels: the formulas of
 :mod:`~warp_meshad._src.solve.policy.rules`, in the same order of operations.
 
-Codes are the ints of :mod:`~warp_meshad._src.solve.policy.codes` (as ``wp.constant``).
+Codes are the ints of :mod:`~warp_meshad._src.solve.policy.codes`, here as ``wp.constant`` of the same names.
 """
 
 import warp as wp
@@ -9,6 +9,18 @@ import warp as wp
 from warp_meshad._src.solve.policy import codes
 
 __all__ = [
+    "ENERGY_CHANGE",
+    "GRADIENT_NORM",
+    "LINEAR_SOLVE_FAILED",
+    "LINEAR_SOLVE_INACCURATE",
+    "LINE_SEARCH_FAILED",
+    "MAX_ITERATIONS",
+    "NEWTON_DECREMENT",
+    "NON_FINITE_ENERGY",
+    "NON_FINITE_GRADIENT",
+    "NOT_DESCENT_DIRECTION",
+    "NO_FALLBACK",
+    "RUNNING",
     "armijo_accepts",
     "decrement_converged",
     "direction_fallback",
@@ -19,14 +31,19 @@ __all__ = [
     "point_status",
 ]
 
-_RUNNING = wp.constant(codes.RUNNING)
-_GRADIENT_NORM = wp.constant(codes.GRADIENT_NORM)
-_MAX_ITERATIONS = wp.constant(codes.MAX_ITERATIONS)
-_NON_FINITE_ENERGY = wp.constant(codes.NON_FINITE_ENERGY)
-_NON_FINITE_GRADIENT = wp.constant(codes.NON_FINITE_GRADIENT)
-_NO_FALLBACK = wp.constant(codes.NO_FALLBACK)
-_NOT_DESCENT_DIRECTION = wp.constant(codes.NOT_DESCENT_DIRECTION)
-_LINEAR_SOLVE_FAILED = wp.constant(codes.LINEAR_SOLVE_FAILED)
+# every code as a Warp constant (the device loops' kernels compare and write these)
+RUNNING = wp.constant(codes.RUNNING)
+GRADIENT_NORM = wp.constant(codes.GRADIENT_NORM)
+NEWTON_DECREMENT = wp.constant(codes.NEWTON_DECREMENT)
+ENERGY_CHANGE = wp.constant(codes.ENERGY_CHANGE)
+MAX_ITERATIONS = wp.constant(codes.MAX_ITERATIONS)
+LINE_SEARCH_FAILED = wp.constant(codes.LINE_SEARCH_FAILED)
+NON_FINITE_ENERGY = wp.constant(codes.NON_FINITE_ENERGY)
+NON_FINITE_GRADIENT = wp.constant(codes.NON_FINITE_GRADIENT)
+NO_FALLBACK = wp.constant(codes.NO_FALLBACK)
+NOT_DESCENT_DIRECTION = wp.constant(codes.NOT_DESCENT_DIRECTION)
+LINEAR_SOLVE_FAILED = wp.constant(codes.LINEAR_SOLVE_FAILED)
+LINEAR_SOLVE_INACCURATE = wp.constant(codes.LINEAR_SOLVE_INACCURATE)
 
 
 @wp.func
@@ -43,24 +60,24 @@ def point_status(energy: wp.float64, check_energy: int, gnorm: wp.float64, itera
                  gradient_tolerance: wp.float64):
     """Stop code at a new point (rules.point_status; the energy is tested where ``check_energy`` != 0)."""
     if check_energy != 0 and not wp.isfinite(energy):
-        return _NON_FINITE_ENERGY
+        return NON_FINITE_ENERGY
     if not wp.isfinite(gnorm):
-        return _NON_FINITE_GRADIENT
+        return NON_FINITE_GRADIENT
     if gnorm <= gradient_tolerance:
-        return _GRADIENT_NORM
+        return GRADIENT_NORM
     if iteration == max_iterations:
-        return _MAX_ITERATIONS
-    return _RUNNING
+        return MAX_ITERATIONS
+    return RUNNING
 
 
 @wp.func
 def direction_fallback(dd: wp.float64, solve_failed: int):
     """Why a direction cannot be used (rules.direction_fallback)."""
     if solve_failed != 0:
-        return _LINEAR_SOLVE_FAILED
+        return LINEAR_SOLVE_FAILED
     if not wp.isfinite(dd) or dd >= wp.float64(0.0):
-        return _NOT_DESCENT_DIRECTION
-    return _NO_FALLBACK
+        return NOT_DESCENT_DIRECTION
+    return NO_FALLBACK
 
 
 @wp.func
