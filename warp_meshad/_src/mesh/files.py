@@ -155,21 +155,33 @@ def read_with_trimesh(path: pathlib.Path, ext: str) -> tuple[np.ndarray, np.ndar
     return np.asarray(loaded.vertices), np.asarray(faces)
 
 
+_ROWS_PER_CHUNK = 65536
+
+
+def _write_rows(out, fmt: str, rows: np.ndarray) -> None:
+    """One line ``fmt % tuple(row)`` per row of the 2-D array ``rows`` (the bytes ``np.savetxt`` writes), formatted a
+    chunk of rows at a time by one ``%`` operation (a quarter of ``np.savetxt``'s time, which formats row by row)."""
+    line = fmt + "\n"
+    for start in range(0, rows.shape[0], _ROWS_PER_CHUNK):
+        block = rows[start:start + _ROWS_PER_CHUNK]
+        out.write((line * block.shape[0] % tuple(block.ravel().tolist())).encode("latin1"))
+
+
 def _write_obj(out, vertices: np.ndarray, faces: np.ndarray, uv) -> None:
     out.write(b"# written by warp_meshad\n")
-    np.savetxt(out, vertices, fmt="v %.17g %.17g %.17g")
+    _write_rows(out, "v %.17g %.17g %.17g", vertices)
     one_based = faces.astype(np.int64) + 1
     if uv is None:
-        np.savetxt(out, one_based, fmt="f %d %d %d")
+        _write_rows(out, "f %d %d %d", one_based)
     else:
-        np.savetxt(out, uv, fmt="vt %.17g %.17g")
-        np.savetxt(out, np.repeat(one_based, 2, axis=1), fmt="f %d/%d %d/%d %d/%d")
+        _write_rows(out, "vt %.17g %.17g", np.asarray(uv))
+        _write_rows(out, "f %d/%d %d/%d %d/%d", np.repeat(one_based, 2, axis=1))
 
 
 def _write_off(out, vertices: np.ndarray, faces: np.ndarray, uv) -> None:
     out.write(f"OFF\n{vertices.shape[0]} {faces.shape[0]} 0\n".encode())
-    np.savetxt(out, vertices, fmt="%.17g %.17g %.17g")
-    np.savetxt(out, faces, fmt="3 %d %d %d")
+    _write_rows(out, "%.17g %.17g %.17g", vertices)
+    _write_rows(out, "3 %d %d %d", np.asarray(faces))
 
 
 def _write_ply(out, vertices: np.ndarray, faces: np.ndarray, uv) -> None:
