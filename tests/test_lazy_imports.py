@@ -87,3 +87,35 @@ def test_every_public_name_comes_from_its_module():
     ns = {}
     exec("from warp_meshad import *", ns)
     assert set(warp_meshad.__all__) <= set(ns)
+
+
+_ENERGIES = """
+import json, sys
+def files():
+    return sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("warp_meshad.kernels.energies."))
+out = {}
+import warp_meshad.kernels.energies as en
+out["import"] = files()
+from warp_meshad.kernels.energies import MassSpringData
+out["MassSpringData"] = files()
+import warp_meshad.kernels.energies.symmetric_dirichlet  # the file first, then the name: the energy, not the file
+out["attribute after the file"] = type(en.symmetric_dirichlet).__name__
+from warp_meshad.kernels.energies import mass_spring
+out["mass_spring"] = type(mass_spring).__name__
+print(json.dumps(out))
+"""
+
+
+def test_the_energies_package_imports_an_energy_when_it_is_used():
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", _ENERGIES], cwd=ROOT.parent, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["import"] == [] and out["MassSpringData"] == ["mass_spring"]
+    assert out["attribute after the file"] == "Function" and out["mass_spring"] == "Function"
+    from warp_meshad.kernels import energies
+
+    for name in energies.__all__:  # every listed name is its file's object
+        assert getattr(energies, name) is getattr(importlib.import_module(
+            f"warp_meshad.kernels.energies.{energies._HOMES[name]}"), name), name

@@ -24,84 +24,86 @@ corner form with the same data: :func:`stable_neo_hookean_F`, :func:`arap_tet_F`
 :func:`stable_neo_hookean_F_hessian_proj` is stable Neo-Hookean's projected F Hessian in closed form (Smith et al.
 2019): ``add_deformation_term(..., projection=stable_neo_hookean_F_hessian_proj)`` replaces the 9 x 9 Jacobi
 projection with it.
+
+Importing this package imports none of the energies: each name comes from its file when first used (an app pays for
+its own energies only).
 """
 
-from .dirichlet import DirichletData, dirichlet, weighted_dirichlet
-from .mass_spring import MassSpringData, mass_spring
-from .surface_area import surface_area
-from .symmetric_dirichlet import SymmetricDirichletData, symmetric_dirichlet, symmetric_dirichlet_F
+import importlib as _importlib
+import sys as _sys
+import types as _types
 
-__all__ = [
-    "DirichletData",
-    "MassSpringData",
-    "SymmetricDirichletData",
-    "dirichlet",
-    "mass_spring",
-    "surface_area",
-    "symmetric_dirichlet",
-    "symmetric_dirichlet_F",
-    "weighted_dirichlet",
-]
+# each energy (and its data struct) and the file that defines it, imported on first use (PEP 562): an app pays only
+# for the energies it uses
+_HOMES = {
+    "ArapData": "arap",
+    "arap": "arap",
+    "ArapTetData": "arap_tet",
+    "arap_tet": "arap_tet",
+    "arap_tet_F": "arap_tet",
+    "DirichletData": "dirichlet",
+    "dirichlet": "dirichlet",
+    "weighted_dirichlet": "dirichlet",
+    "DiscreteShellsBendingData": "discrete_shells_bending",
+    "discrete_shells_bending": "discrete_shells_bending",
+    "discrete_shells_rest_state": "discrete_shells_bending",
+    "GroundPlaneData": "ground_plane",
+    "ground_plane_barrier": "ground_plane",
+    "BarrierData": "ipc_barrier",
+    "EdgeEdgeBarrierData": "ipc_barrier",
+    "edge_edge_barrier": "ipc_barrier",
+    "ipc_barrier": "ipc_barrier",
+    "point_triangle_barrier": "ipc_barrier",
+    "MassSpringData": "mass_spring",
+    "mass_spring": "mass_spring",
+    "NeoHookeanMembraneData": "neo_hookean_membrane",
+    "neo_hookean_membrane": "neo_hookean_membrane",
+    "neo_hookean_membrane_F": "neo_hookean_membrane",
+    "PolyCurlData": "polycurl",
+    "polycurl": "polycurl",
+    "polyvector_smoothness": "polycurl",
+    "PolyVectorFaceData": "polyvector_barrier",
+    "polyvector_barrier": "polyvector_barrier",
+    "polyvector_closeness": "polyvector_barrier",
+    "SphereEmbeddingData": "sphere_embedding",
+    "sphere_embedding": "sphere_embedding",
+    "sphere_retract": "sphere_embedding",
+    "StableNeoHookeanData": "stable_neo_hookean",
+    "stable_neo_hookean": "stable_neo_hookean",
+    "stable_neo_hookean_F": "stable_neo_hookean",
+    "stable_neo_hookean_F_hessian_proj": "stable_neo_hookean",
+    "stable_neo_hookean_lame": "stable_neo_hookean",
+    "surface_area": "surface_area",
+    "SymmetricDirichletData": "symmetric_dirichlet",
+    "symmetric_dirichlet": "symmetric_dirichlet",
+    "symmetric_dirichlet_F": "symmetric_dirichlet",
+}
 
-from .arap import ArapData, arap  # noqa: E402
+__all__ = sorted(_HOMES)
 
-__all__ += ["ArapData", "arap"]
 
-from .discrete_shells_bending import (  # noqa: E402
-    DiscreteShellsBendingData,
-    discrete_shells_bending,
-    discrete_shells_rest_state,
-)
-from .ground_plane import GroundPlaneData, ground_plane_barrier  # noqa: E402
-from .ipc_barrier import (  # noqa: E402
-    BarrierData,
-    EdgeEdgeBarrierData,
-    edge_edge_barrier,
-    ipc_barrier,
-    point_triangle_barrier,
-)
-from .neo_hookean_membrane import NeoHookeanMembraneData, neo_hookean_membrane, neo_hookean_membrane_F  # noqa: E402
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # later look-ups find it without this function
+    return value
 
-__all__ += [
-    "BarrierData",
-    "DiscreteShellsBendingData",
-    "EdgeEdgeBarrierData",
-    "GroundPlaneData",
-    "NeoHookeanMembraneData",
-    "discrete_shells_bending",
-    "discrete_shells_rest_state",
-    "edge_edge_barrier",
-    "ground_plane_barrier",
-    "ipc_barrier",
-    "neo_hookean_membrane",
-    "neo_hookean_membrane_F",
-    "point_triangle_barrier",
-]
 
-from .polycurl import PolyCurlData, polycurl, polyvector_smoothness  # noqa: E402
-from .polyvector_barrier import PolyVectorFaceData, polyvector_barrier, polyvector_closeness  # noqa: E402
-from .sphere_embedding import SphereEmbeddingData, sphere_embedding, sphere_retract  # noqa: E402
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
-__all__ += [
-    "PolyCurlData",
-    "PolyVectorFaceData",
-    "SphereEmbeddingData",
-    "polycurl",
-    "polyvector_barrier",
-    "polyvector_closeness",
-    "polyvector_smoothness",
-    "sphere_embedding",
-    "sphere_retract",
-]
 
-from .arap_tet import ArapTetData, arap_tet, arap_tet_F  # noqa: E402
-from .stable_neo_hookean import (  # noqa: E402
-    StableNeoHookeanData,
-    stable_neo_hookean,
-    stable_neo_hookean_F,
-    stable_neo_hookean_F_hessian_proj,
-    stable_neo_hookean_lame,
-)
+class _Package(_types.ModuleType):
+    """This package's module type: most energies share their file's name (``mass_spring`` in ``mass_spring.py``), and
+    the import system binds a submodule to its package's attribute of that name once the file has run; the energy
+    keeps the name instead (as when the names were imported eagerly)."""
 
-__all__ += ["ArapTetData", "StableNeoHookeanData", "arap_tet", "arap_tet_F", "stable_neo_hookean",
-            "stable_neo_hookean_F", "stable_neo_hookean_F_hessian_proj", "stable_neo_hookean_lame"]  # fmt: skip
+    def __setattr__(self, name, value):
+        if isinstance(value, _types.ModuleType) and _HOMES.get(name) == name and value.__name__ == f"{__name__}.{name}":
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
