@@ -9,7 +9,9 @@ holds its folder's lock (:class:`~warp_meshad._src.app.folder_lock.FolderLock`) 
 becomes :class:`~warp_meshad._src.app.interrupts.Interrupted` saying how far the run came. While an app is built and
 run, the Warp modules it
 compiles are announced on the log as each compile starts (:class:`~warp_meshad._src.codegen.module_loads.ModuleLoads`);
-``metrics.json`` records the compile and load times and whether the kernel cache was warm.
+``metrics.json`` records the compile and load times and whether the kernel cache was warm. The app is built with
+the content cache on (:mod:`~warp_meshad._src.mesh.content_cache`: a mesh file's parsed arrays and a Tutte start are
+taken from disk when their inputs are the same).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from warp_meshad._src.app.plot import PlotWorker
 from warp_meshad._src.app.progress import Progress, stderr_log
 from warp_meshad._src.app.registry import app_class
 from warp_meshad._src.codegen.module_loads import ModuleLoads
+from warp_meshad._src.mesh import content_cache
 from warp_meshad._src.plural import plural
 
 __all__ = [
@@ -321,7 +324,8 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
         try:
             plotter = None
             if plot and plot_in_child and not (config.viewer if viewer is None else viewer) and PlotWorker.available():
-                plotter = stack.enter_context(PlotWorker()).start()
+                with phases.timed("setup", "plot worker"):  # its start; it imports matplotlib while the run works
+                    plotter = stack.enter_context(PlotWorker()).start()
             return _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state, phases, plotter)
         except KeyboardInterrupt as exc:
             raise _interrupted_run(exc, config, out, state["phase"], state["app"]) from None
@@ -345,7 +349,8 @@ def _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state, p
         ahead = _resolved(prepared)
         if prepared is not None:
             phases.add("setup", "prepared", time.perf_counter() - t1)
-        app = cls(config, ahead)
+        with content_cache.enabled():  # the mesh file's arrays and a Tutte start, by content, on disk
+            app = cls(config, ahead)
         app.lap("other")
         phases.update("setup", app.setup_phases)
         state.update(app=app, phase="steps")
@@ -526,7 +531,8 @@ def warmup_app(config: AppConfig, quiet: bool = False, log=None, iterations: int
     config = config.model_copy(update={"steps": 1, "iterations": max(1, min(config.iterations, int(iterations)))})
     t0 = time.perf_counter()
     with ModuleLoads(log=None if quiet else log) as loads:
-        app = app_class(config.app, config.origin("app"))(config)
+        with content_cache.enabled():
+            app = app_class(config.app, config.origin("app"))(config)
         log(f"warming up {app.describe()}; one step of at most {plural(config.iterations, 'solver iteration')}, no "
             "outputs")
         app.step()

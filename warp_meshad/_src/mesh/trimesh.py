@@ -34,6 +34,7 @@ from warp_meshad._src.mesh.checks import (
     readonly,
     referenced_vertices,
 )
+from warp_meshad._src.mesh.content_cache import cached, is_enabled
 from warp_meshad._src.mesh.files import TRIANGLE_WRITERS, atomic_write, read_obj, read_with_trimesh
 from warp_meshad._src.mesh.sorting import sorted_groups
 from warp_meshad._src.mesh.vertex_mesh import VertexMesh
@@ -187,6 +188,9 @@ class TriMesh(VertexMesh):
         understood, texture and normal indices ignored, so vertices are never split at UV or normal
         seams; polygons are fan-triangulated). OFF and PLY go through trimesh with
         ``process=False, maintain_order=True``. Vertex count and order always match the file.
+        Inside an app run the parsed arrays are kept in the content cache, keyed by the file's bytes
+        (:mod:`~warp_meshad._src.mesh.content_cache`); the mesh is validated and built from them
+        each time.
 
         Args:
             path: file path (str or os.PathLike); the extension picks the format (case-insensitive).
@@ -199,11 +203,13 @@ class TriMesh(VertexMesh):
             MeshError: missing file, unsupported extension, unreadable file, or an invalid mesh.
         """
         p, ext = check_mesh_file(path, _SUPPORTED_EXTENSIONS, _TRIANGLES)
-        if ext == ".obj":
-            vertices, faces = read_obj(p)
-        else:
-            vertices, faces = read_with_trimesh(p, ext)
-        return cls(vertices, faces, unreferenced=unreferenced, source=str(p))
+
+        def read():
+            v, f = read_obj(p) if ext == ".obj" else read_with_trimesh(p, ext)
+            return {"vertices": v, "faces": f}
+
+        arrays = cached(f"{ext[1:]}-file", [p.read_bytes()], read, ("vertices", "faces")) if is_enabled() else read()
+        return cls(arrays["vertices"], arrays["faces"], unreferenced=unreferenced, source=str(p))
 
     @classmethod
     def grid(cls, nx: int, ny: int, width: float = 1.0, height: float = 1.0) -> TriMesh:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from warp_meshad._src.mesh.content_cache import cached, is_enabled
 from warp_meshad._src.mesh.trimesh import MeshError, TriMesh
 from warp_meshad._src.plural import plural
 
@@ -31,6 +32,10 @@ def tutte_embedding(mesh: TriMesh) -> np.ndarray:
         mesh: a connected triangle mesh with at least one boundary loop (disk topology for a
             guaranteed flip-free result).
 
+    Inside an app run the result is kept in the content cache, keyed by the mesh's vertex and
+    face arrays (:mod:`~warp_meshad._src.mesh.content_cache`: the same mesh gets the same uv without
+    importing SciPy or solving again).
+
     Returns:
         uv coordinates, float64, shape (vertex_count, 2).
 
@@ -38,12 +43,19 @@ def tutte_embedding(mesh: TriMesh) -> np.ndarray:
         MeshError: the mesh has no boundary, or has a connected component that does not touch
             the longest boundary loop (its vertices would be undetermined).
     """
+    if not isinstance(mesh, TriMesh):
+        raise TypeError(f"tutte_embedding(mesh=...) must be a warp_meshad.TriMesh, got {type(mesh).__name__}")
+    if not is_enabled():
+        return _embedding(mesh)
+    parts = [mesh.vertices, mesh.faces]
+    return cached("tutte", parts, lambda: {"uv": _embedding(mesh)}, ("uv",))["uv"]
+
+
+def _embedding(mesh: TriMesh) -> np.ndarray:
     import scipy.sparse as sp
     import scipy.sparse.csgraph as csgraph
     import qdldl
 
-    if not isinstance(mesh, TriMesh):
-        raise TypeError(f"tutte_embedding(mesh=...) must be a warp_meshad.TriMesh, got {type(mesh).__name__}")
     loops = mesh.boundary_loops
     if not loops:
         raise MeshError(
