@@ -138,3 +138,17 @@ def test_run_app_without_the_command_line_records_setup_steps_and_outputs(tmp_pa
     assert {"metrics write", "commit"} <= set(after) and "commit" not in p["outputs"]
     assert report.phases.total_s() >= report.metrics["phases_total_s"]
     assert os.path.isfile(tmp_path / "metrics.json")
+
+
+def test_the_program_leaves_its_objects_out_of_the_collections_at_exit(tmp_path):
+    """main() as the program (no argv) ends with gc.freeze(): the interpreter's collections at exit skip Warp's and
+    the run's objects; main(argv) called from Python leaves the collector as it was."""
+    import subprocess
+    import sys
+
+    code = ("import gc, sys; from warp_meshad.__main__ import main; sys.argv = ['warp-meshad', 'list']; "
+            "main(); print('frozen', gc.get_freeze_count() > 0); gc.unfreeze(); main(['list']); "
+            "print('frozen', gc.get_freeze_count())")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [ln for ln in proc.stdout.splitlines() if ln.startswith("frozen")] == ["frozen True", "frozen 0"]
