@@ -12,6 +12,12 @@ Modes:
     ``"grad"``: value + gradient (``v``, ``g: vec_k``).
     ``"hess"``: value + gradient + Hessian (``v``, ``g: vec_k``, ``h: vec_p``, the upper triangle of the
         symmetric k x k Hessian row by row, p = k (k + 1) / 2; ``hessian(a)`` unpacks it).
+    ``"packed"``: no dual type and no operator overloads: the plain-number functions on packed k x k Hessians that
+        the ``"hess"`` module of the same (k, dtype) uses and re-exports (``unpack``, ``pack``, ``sym_mv``, the
+        chain-rule products, the PSD projections). Warp resolves ``a * b`` in a function by trying every ``mul``
+        overload in the function's module before its builtin; in a dual module that is about a hundred per
+        operator, which made the code generation of the projections (thousands of float operations) take seconds.
+        Here each operator resolves to the builtin at once. ``load(k, dtype, "hess")`` loads it first.
 
 Chain rule for a unary ``f``: ``r.v = f(a.v)``, ``r.g = f'(a.v) a.g``,
 ``r.h = f'(a.v) a.h + f''(a.v) a.g a.g^T``; for a binary ``f(a, b)`` the mixed second
@@ -41,10 +47,10 @@ __all__ = [
 ]
 
 GENERATOR_VERSION = "2"
-MODES = ("plain", "grad", "hess")
+MODES = ("plain", "grad", "hess", "packed")
 UNROLLED_PROJECTION_MAX_K = 12  # Hessian duals of k <= this also get project_psd_unrolled
 _PACKAGE = "warp_meshad.kernels._generated"
-_lock = threading.Lock()
+_lock = threading.RLock()  # a "hess" load loads its "packed" module inside
 _loaded: dict[tuple, object] = {}
 
 # unary functions: name -> (value, first derivative, second derivative) in terms of `x` (the value)
@@ -105,7 +111,7 @@ def load(k: int, dtype, mode: str):
     Args:
         k: number of scalar variables of one element (valence x variable_dim), 1..64.
         dtype: ``wp.float32`` or ``wp.float64`` (ignored for ``mode="plain"``).
-        mode: one of ``"plain"``, ``"grad"``, ``"hess"``.
+        mode: one of ``"plain"``, ``"grad"``, ``"hess"``, ``"packed"``.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -120,6 +126,8 @@ def load(k: int, dtype, mode: str):
         mod = _loaded.get(key)
         if mod is not None:
             return mod
+        if mode == "hess":  # its text binds the packed module's functions from sys.modules
+            load(k, dtype, "packed")
         folder = cache_dir()
         folder.mkdir(parents=True, exist_ok=True)
         stem = module_name(k, dname, mode)
@@ -190,6 +198,9 @@ from typing import Any
 import warp as wp
 '''
     )
+    if mode == "packed":
+        _packed_module(out, k, dtype)
+        return out.text()
     _plain(out)
     if mode != "plain":
         _dual(out, k, dtype, mode == "hess")
@@ -274,8 +285,25 @@ def _dual(out: _Src, k: int, dtype: str, hess: bool):
     s = f"wp.{dtype}"
     tag = f"{k}{_SNAMES[dtype]}{'H' if hess else 'G'}"
     D = f"Dual{tag}"
-    out.raw(
-        f"""
+    if hess:  # the packed module's types and functions (_dualgen.load loads it first)
+        packed = f"{_PACKAGE}.{module_name(k, dtype, 'packed')}"
+        out.raw(
+            f"""
+import sys as _sys
+
+_K = _sys.modules["{packed}"]  # the plain-number functions on packed Hessians
+S = _K.S
+vecK = _K.vecK
+matK = _K.matK
+vecP = _K.vecP  # packed upper triangle, row by row
+K = {k}
+HESSIAN = True
+{chr(10).join(f"{name} = _K.{name}" for name in _packed_api(k))}
+"""
+        )
+    else:
+        out.raw(
+            f"""
 S = {s}
 vecK = wp.types.vector(length={k}, dtype={s})
 matK = wp.types.matrix(shape=({k}, {k}), dtype={s})
@@ -285,7 +313,7 @@ HESSIAN = {hess}
 TOL = {"1.0e-24" if dtype == "float64" else "1.0e-12"}  # Jacobi stops at |offdiag|^2 <= TOL |diag|^2
 TINY = {"1.0e-300" if dtype == "float64" else "1.0e-30"}  # floor of a failed Cholesky pivot
 """
-    )
+        )
     fields = "    v: S\n    g: vecK\n" + ("    h: vecP\n" if hess else "")
     out.raw(
         "\n".join(f"_vec{n} = wp.types.vector(length={n}, dtype=S)" for n in (2, 3, 4))
@@ -319,8 +347,7 @@ TINY = {"1.0e-300" if dtype == "float64" else "1.0e-30"}  # floor of a failed Ch
     out.func(f"def value(a: {D}):\n    return a.v")
     out.func(f"def gradient(a: {D}):\n    return a.g")
     if hess:
-        _packed(out, k)
-        out.func(f"def hessian(a: {D}):\n    return unpack(a.h)")
+        out.func(f"def hessian(a: {D}):\n    return _K.unpack(a.h)")
     for n in (2, 3, 4):
         V, vt = vec_names[n], f"_vec{n}"
         comps = ", ".join(f"variable(x[{i}], offset + {i})" for i in range(n))
@@ -342,9 +369,9 @@ TINY = {"1.0e-300" if dtype == "float64" else "1.0e-30"}  # floor of a failed Ch
         out.func(f"def value(a: {M}):\n    return {mt}({comps})")
 
     # --- scalar chain rules ------------------------------------------------------------------------
-    h1 = "_fma_sym(a.h, f1, a.g, f2)"
+    h1 = "_K._fma_sym(a.h, f1, a.g, f2)"
     out.func(f"def _chain(a: {D}, f0: S, f1: S, f2: S):\n    return {mk('f0', 'f1 * a.g', h1)}")
-    h2 = "fa * a.h + fb * b.h + faa * _sym(a.g) + fbb * _sym(b.g) + fab * _sym2(a.g, b.g)"
+    h2 = "fa * a.h + fb * b.h + faa * _K._sym(a.g) + fbb * _K._sym(b.g) + fab * _K._sym2(a.g, b.g)"
     out.func(
         f"def _chain2(a: {D}, b: {D}, f0: S, fa: S, fb: S, faa: S, fbb: S, fab: S):\n"
         f"    return {mk('f0', 'fa * a.g + fb * b.g', h2)}"
@@ -364,12 +391,12 @@ TINY = {"1.0e-300" if dtype == "float64" else "1.0e-30"}  # floor of a failed Ch
     out.func(f"def _wm_neg(a: {D}):\n    return {mk('-a.v', '-a.g', '-a.h')}")
     out.func(
         f"def mul(a: {D}, b: {D}):\n"
-        f"    return {mk('a.v * b.v', 'a.g * b.v + b.g * a.v', '_fma_mul(a.h, b.v, b.h, a.v, a.g, b.g)')}"
+        f"    return {mk('a.v * b.v', 'a.g * b.v + b.g * a.v', '_K._fma_mul(a.h, b.v, b.h, a.v, a.g, b.g)')}"
     )
     out.func(
         f"def div(a: {D}, b: {D}):\n    ib = S(1.0) / b.v\n    v = a.v * ib\n    g = (a.g - b.g * v) * ib\n"
         + (
-            f"    return {mk('v', 'g', '(a.h - b.h * v - _sym2(g, b.g)) * ib')}"
+            f"    return {mk('v', 'g', '(a.h - b.h * v - _K._sym2(g, b.g)) * ib')}"
             if hess
             else f"    return {mk('v', 'g', '')}"
         )
@@ -576,10 +603,30 @@ TINY = {"1.0e-300" if dtype == "float64" else "1.0e-30"}  # floor of a failed Ch
                 args = ", ".join(f"a{i}: {kd}" for i, kd in enumerate(kinds))
                 out.func(f"def mat22({args}):\n    return {M}(" + ", ".join(f"const(a{i})" for i in range(4)) + ")")
 
-    if hess:
-        _psd(out, dtype)
-        if k <= UNROLLED_PROJECTION_MAX_K:
-            _psd_unrolled(out, k)
+
+def _packed_api(k: int) -> list[str]:
+    """What a ``"hess"`` module re-exports of its packed module (the kernel text calls these as ``_D.<name>``)."""
+    return ["unpack", "pack", "sym_mv", "project_psd"] + (["project_psd_unrolled"] if k <= UNROLLED_PROJECTION_MAX_K else [])
+
+
+def _packed_module(out: _Src, k: int, dtype: str):
+    """The ``"packed"`` module: types, the packed-Hessian helpers and the PSD projections (plain numbers only)."""
+    s = f"wp.{dtype}"
+    out.raw(
+        f"""
+S = {s}
+vecK = wp.types.vector(length={k}, dtype={s})
+matK = wp.types.matrix(shape=({k}, {k}), dtype={s})
+vecP = wp.types.vector(length={k * (k + 1) // 2}, dtype={s})  # packed upper triangle, row by row
+K = {k}
+TOL = {"1.0e-24" if dtype == "float64" else "1.0e-12"}  # Jacobi stops at |offdiag|^2 <= TOL |diag|^2
+TINY = {"1.0e-300" if dtype == "float64" else "1.0e-30"}  # floor of a failed Cholesky pivot
+"""
+    )
+    _packed(out, k)
+    _psd(out, dtype)
+    if k <= UNROLLED_PROJECTION_MAX_K:
+        _psd_unrolled(out, k)
 
 
 def _sum(terms):
@@ -727,30 +774,56 @@ def _packed(out: _Src, k: int):
     out.func("def sym_mv(h: vecP, v: vecK):\n" + vl + f"    return vecK({rows})")
 
 
+def _cycles(dest: dict[str, str]) -> list[list[str]]:
+    """The cycles of a permutation of names given as ``dest[src]`` (where the content of ``src`` goes), each listed
+    in order (the content of ``c[i]`` goes to ``c[i + 1]``, the last one's to ``c[0]``); fixed names left out."""
+    seen, cycles = set(), []
+    for start in dest:
+        if start in seen or dest[start] == start:
+            continue
+        cycle, name = [], start
+        while name not in seen:
+            seen.add(name)
+            cycle.append(name)
+            name = dest[name]
+        cycles.append(cycle)
+    return cycles
+
+
 def _psd_unrolled(out: _Src, k: int):
-    """``project_psd`` on the packed upper triangle with every index a literal (for GPUs): the matrix
-    and the eigenvectors are scalar locals, so they can stay in registers instead of local memory.
+    """``project_psd`` on the packed upper triangle with every index a literal (for GPUs): the matrix and the
+    eigenvectors are scalar locals, so they can stay in registers instead of local memory.
 
-    Cyclic Jacobi on the symmetric matrix: a rotation of (p, q) zeroes a_pq, updates a_pp and a_qq
-    (``a_pp - t a_pq``, ``a_qq + t a_pq``) and rotates the other entries of rows p and q; the
-    eigenvectors accumulate the rotations. The early out is a Cholesky factorization of ``h - eps I``
-    (written branch free). Sweeps stay a runtime loop; the pairs and rows are written out.
+    Cyclic Jacobi in the round-robin ("chess tournament") order of parallel Jacobi: the k indices sit at N = k (or
+    k + 1, one place empty, for odd k) places; a step rotates the fixed place pairs (i, N - 1 - i), which are
+    disjoint, and then moves the contents of places 1..N-1 on by one (place 0 keeps its index), so that the N - 1
+    steps of a sweep meet every index pair exactly once, as a cyclic sweep does. Only the step is written out (k // 2
+    rotations, then the move as register copies along its cycles); steps are a runtime loop, so the code is about
+    1 / (N - 1) of a sweep written out (k = 12: 6 rotations instead of 66), with literal indices throughout.
+
+    A rotation of (p, q) zeroes a_pq, updates a_pp and a_qq (``a_pp - t a_pq``, ``a_qq + t a_pq``) and rotates the other
+    entries of rows p and q; the eigenvectors' columns follow the places (their rows are the matrix's own indices).
+    The convergence test runs at the start of every sweep. The early out is a Cholesky factorization of
+    ``h - eps I`` (written branch free).
     """
+    n_places = k + k % 2
+    first = k % 2  # the place of index 0: 1 when place 0 stays empty (odd k)
+    places = list(range(first, n_places))
 
-    def A(i, j):
+    def A(i, j):  # the matrix entry of places i and j
         return f"a{min(i, j)}_{max(i, j)}"
 
-    def rotate(x, y):
+    def rotate(x, y, ind):
         """(x, y) <- (c x - s y, s x + c y): one pair of entries under the rotation."""
-        return [f"        x0 = {x}", f"        x1 = {y}", f"        {x} = c * x0 - s * x1", f"        {y} = s * x0 + c * x1"]
+        return [f"{ind}x0 = {x}", f"{ind}x1 = {y}", f"{ind}{x} = c * x0 - s * x1", f"{ind}{y} = s * x0 + c * x1"]
 
     pairs = _upper_pairs(k)
     lines = ["def project_psd_unrolled(h: vecP, eps: S, absolute: int):"]
-    lines += [f"    {A(i, j)} = h[{n}]" for n, (i, j) in enumerate(pairs)]
+    lines += [f"    {A(i + first, j + first)} = h[{n}]" for n, (i, j) in enumerate(pairs)]
     # Cholesky of h - eps I (l_ij, i >= j): ok stays 1 while every pivot is positive
     lines += ["    ok = int(1)"]
     for j in range(k):
-        d = " - ".join([f"({A(j, j)} - eps)"] + [f"l{j}_{q} * l{j}_{q}" for q in range(j)])
+        d = " - ".join([f"({A(j + first, j + first)} - eps)"] + [f"l{j}_{q} * l{j}_{q}" for q in range(j)])
         lines += [
             f"    d = {d}",
             "    if d <= S(0.0):",
@@ -759,44 +832,59 @@ def _psd_unrolled(out: _Src, k: int):
             f"    il = S(1.0) / l{j}_{j}",
         ]
         for i in range(j + 1, k):
-            t = " - ".join([A(i, j)] + [f"l{i}_{q} * l{j}_{q}" for q in range(j)])
+            t = " - ".join([A(i + first, j + first)] + [f"l{i}_{q} * l{j}_{q}" for q in range(j)])
             lines += [f"    l{i}_{j} = ({t}) * il"]
     lines += ["    if ok != 0:", "        return h"]
-    for i in range(k):
-        for j in range(k):
-            lines += [f"    v{i}_{j} = S({1.0 if i == j else 0.0})"]
-    lines += ["    for sweep in range(30):"]
-    off = " + ".join(f"{A(p, q)} * {A(p, q)}" for p in range(k) for q in range(p + 1, k)) or "S(0.0)"
-    dia = " + ".join(f"{A(p, p)} * {A(p, p)}" for p in range(k))
-    lines += [f"        off = {off}", f"        dia = {dia}", "        if off <= S(TOL) * dia or off == S(0.0):", "            break"]
-    for p in range(k):
-        for q in range(p + 1, k):
+    for r in range(k):
+        for p in places:
+            lines += [f"    v{r}_{p} = S({1.0 if p == r + first else 0.0})"]
+    if k > 1:
+        steps = n_places - 1  # a sweep
+        ind = "        "
+        lines += ["    step = int(0)", f"    while step < {30 * steps}:"]  # 30 sweeps at most; a while loop is never unrolled
+        off = " + ".join(f"{A(p, q)} * {A(p, q)}" for p in places for q in places if p < q)
+        dia = " + ".join(f"{A(p, p)} * {A(p, p)}" for p in places)
+        test = [f"off = {off}", f"dia = {dia}", "if off <= S(TOL) * dia or off == S(0.0):", "    break"]
+        lines += [f"{ind}if step % {steps} == 0:"] + [f"{ind}    {t}" for t in test] if steps > 1 else [ind + t for t in test]
+        for i in range(n_places // 2):
+            p, q = i, n_places - 1 - i
+            if p < first:  # the empty place's pair
+                continue
             lines += [
-                f"        apq = {A(p, q)}",
-                f"        theta = ({A(q, q)} - {A(p, p)}) / wp.where(apq == S(0.0), S(1.0), S(2.0) * apq)",
-                "        t = S(1.0) / (wp.abs(theta) + wp.sqrt(theta * theta + S(1.0)))",
-                "        t = wp.where(theta < S(0.0), -t, t)",
-                "        t = wp.where(apq == S(0.0), S(0.0), t)",
-                "        c = S(1.0) / wp.sqrt(t * t + S(1.0))",
-                "        s = t * c",
-                f"        {A(p, p)} = {A(p, p)} - t * apq",
-                f"        {A(q, q)} = {A(q, q)} + t * apq",
-                f"        {A(p, q)} = S(0.0)",
+                f"{ind}apq = {A(p, q)}",
+                f"{ind}theta = ({A(q, q)} - {A(p, p)}) / wp.where(apq == S(0.0), S(1.0), S(2.0) * apq)",
+                f"{ind}t = S(1.0) / (wp.abs(theta) + wp.sqrt(theta * theta + S(1.0)))",
+                f"{ind}t = wp.where(theta < S(0.0), -t, t)",
+                f"{ind}t = wp.where(apq == S(0.0), S(0.0), t)",
+                f"{ind}c = S(1.0) / wp.sqrt(t * t + S(1.0))",
+                f"{ind}s = t * c",
+                f"{ind}{A(p, p)} = {A(p, p)} - t * apq",
+                f"{ind}{A(q, q)} = {A(q, q)} + t * apq",
+                f"{ind}{A(p, q)} = S(0.0)",
             ]
-            for r in range(k):  # the other entries of rows p and q of the matrix
+            for r in places:  # the other entries of rows p and q of the matrix
                 if r not in (p, q):
-                    lines += rotate(A(r, p), A(r, q))
+                    lines += rotate(A(r, p), A(r, q), ind)
             for r in range(k):  # columns p and q of the eigenvectors
-                lines += rotate(f"v{r}_{p}", f"v{r}_{q}")
-    for m in range(k):
+                lines += rotate(f"v{r}_{p}", f"v{r}_{q}", ind)
+        # the contents of places 1..N-1 move on by one (N - 1 to 1); place 0 stays
+        nxt = {p: (p if p == 0 else (p + 1 if p < n_places - 1 else 1)) for p in places}
+        dest = {A(p, q): A(nxt[p], nxt[q]) for i, p in enumerate(places) for q in places[i:]}
+        dest.update({f"v{r}_{p}": f"v{r}_{nxt[p]}" for r in range(k) for p in places})
+        for cycle in _cycles(dest):
+            lines += [f"{ind}x0 = {cycle[-1]}"]
+            lines += [f"{ind}{cycle[m]} = {cycle[m - 1]}" for m in range(len(cycle) - 1, 0, -1)]
+            lines += [f"{ind}{cycle[0]} = x0"]
+        lines += [f"{ind}step += 1"]
+    for p in places:
         lines += [
-            f"    lam = {A(m, m)}",
+            f"    lam = {A(p, p)}",
             "    if absolute != 0:",
             "        lam = wp.abs(lam)",
-            f"    lam{m} = wp.max(lam, eps)",
+            f"    lam{p} = wp.max(lam, eps)",
         ]
     entries = []
     for i, j in pairs:
-        entries.append(" + ".join(f"lam{m} * v{i}_{m} * v{j}_{m}" for m in range(k)))
+        entries.append(" + ".join(f"lam{p} * v{i}_{p} * v{j}_{p}" for p in places))
     lines += ["    return vecP(" + ", ".join(entries) + ")"]
     out.func("\n".join(lines))

@@ -38,12 +38,13 @@ RESIDUAL_MODES = ("probe", "energy", "residual", "jacobian", "gauss_newton", "gr
 TILED_MODES = ("hessian", "hessian_proj")
 REDUCED_MODES = ("energy", "gradient")  # the energy summed per thread block (contract.KernelVariant.reduced)
 
-# dual modules kept as full text (the rest by digest): one of each kind of generated code
+# dual modules kept as full text (the rest by digest): one of each kind of generated code; the packed modules of
+# k = 3 and 12 show the projection's round-robin Jacobi with an empty place (odd k) and without
 DUAL_FULL = (("plain", 0, "float64"), ("grad", 3, "float64"), ("hess", 4, "float32"), ("hess", 6, "float64"),
-             ("hess", 12, "float64"))
+             ("hess", 12, "float64"), ("packed", 3, "float64"), ("packed", 12, "float64"))
 DUAL_ALL = [("plain", 0, "float64")] + [
-    (mode, k, dt) for mode in ("grad", "hess") for k in range(1, 13) for dt in ("float32", "float64")
-]
+    (mode, k, dt) for mode in ("grad", "hess", "packed") for k in range(1, 13) for dt in ("float32", "float64")
+] + [("packed", 13, "float64")]  # past UNROLLED_PROJECTION_MAX_K: the loop projection only
 
 
 def kernel_cases():
