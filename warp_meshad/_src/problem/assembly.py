@@ -215,6 +215,11 @@ class Assembler:
             return None
         pattern = self.storage.pattern
         if self._tiles is None or self._tiles[0] is not pattern or self._tiles[1] is not self.tile_config:
+            if self.mode == "auto" and len(pattern.offsets) - 1 < self.device.sm_count:
+                # a patch holds at least one row: fewer rows than multiprocessors make fewer patches, which
+                # auto_uses_tiles refuses; building the plan would only compile and run its kernels for nothing
+                self._tiles = (pattern, self.tile_config, None)
+                return None
             plan = build_tile_plan(
                 pattern.offsets, [t.elements for t in self.terms], self.block_type, self.device,
                 rounds=self.facts.deterministic or self.rounds_default(), var_type=self.facts.variable_type,
