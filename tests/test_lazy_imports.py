@@ -1,6 +1,7 @@
 """Importing warp_meshad costs nothing until a name is used (warp_meshad/__init__.py, PEP 562): no Warp, no
 plotting module, no solver or linear back-end module, no optional dependency; each name comes from its module when
-first asked for, and the app framework imports no plotting module either."""
+first asked for; warp_meshad.app and warp_meshad.kernels.energies do the same, and the app framework imports no
+plotting module."""
 
 import importlib
 import json
@@ -33,6 +34,8 @@ wm.NewtonSolver
 out["solver"] = loaded()
 import warp_meshad.app
 out["app"] = loaded()
+warp_meshad.app.run, warp_meshad.app.load_config
+out["runner"] = loaded()
 print(json.dumps(out))
 """
 
@@ -69,9 +72,11 @@ def test_a_solver_loads_the_linear_back_ends_but_none_of_their_libraries(stages)
     assert not _top(loaded) & set(PLOTTING + ("cupy", "nvmath", "torch", "ray")), loaded
 
 
-def test_the_app_framework_loads_no_plotting_module(stages):
-    loaded = stages["app"]
+def test_the_app_framework_loads_its_modules_when_used_and_no_plotting_module(stages):
+    assert stages["app"] == stages["solver"]  # importing warp_meshad.app alone adds nothing
+    loaded = stages["runner"]
     assert "warp_meshad._src.app.runner" in loaded and "pydantic" in _top(loaded)  # configs are pydantic models
+    assert "warp_meshad._src.app.batch" not in loaded  # the batch and Ray's prefetch: only for a batch
     assert "warp_meshad._src.app.plot" in loaded  # the figure's module: numpy only until it draws
     assert not _top(loaded) & set(PLOTTING + ("cupy", "nvmath", "torch", "ray", "yaml")), loaded
 

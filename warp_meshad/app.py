@@ -19,59 +19,61 @@ holds its output folder's lock (a second writer gets :class:`FolderBusy`), ends 
 :class:`Interrupted` (what was finished and how to resume) and on a failed write with :class:`OutputWriteError`; an
 app's :class:`StepHistory` stays bounded over long runs.
 
-Importing this module imports pydantic and tqdm; pyyaml, matplotlib and polyscope only when used; ray only when a
-batch runs on it.
+Importing this module imports nothing else: each name comes from its module when first used (``load_config``
+imports pydantic and pyyaml, ``run`` the runner and tqdm; matplotlib and polyscope only when a plot or a screenshot is
+drawn in this process; ray only when a batch runs on it).
 """
 
-from warp_meshad._src.app.base import App, BatchStepParts, resolve_device
-from warp_meshad._src.app.batch import SUMMARY_COLUMNS, BatchReport, find_meshes, run_batch, start_ray
-from warp_meshad._src.app.config import AppConfig, ConfigError, ConfigModel, GridConfig
-from warp_meshad._src.app.folder_lock import FolderBusy
-from warp_meshad._src.app.history import StepHistory
-from warp_meshad._src.app.interrupts import Interrupted
-from warp_meshad._src.app.loader import load_config, parse_set
-from warp_meshad._src.app.output_set import OutputWriteError, verify_outputs
-from warp_meshad._src.app.outputs import check_output_folder, output_folder
-from warp_meshad._src.app.prefetch import Prefetch
-from warp_meshad._src.app.registry import DEFAULT_CONFIG, app_class, available_apps, available_configs, configs_root
-from warp_meshad._src.app.runner import RunReport, WarmupReport
-from warp_meshad._src.app.runner import run_app as run
-from warp_meshad._src.app.runner import step_apps_batched as step_batched
-from warp_meshad._src.app.runner import warmup_app as warmup
-from warp_meshad._src.app.viewer import ViewerError
+import importlib as _importlib
 
-__all__ = [
-    "DEFAULT_CONFIG",
-    "SUMMARY_COLUMNS",
-    "App",
-    "AppConfig",
-    "BatchReport",
-    "BatchStepParts",
-    "ConfigError",
-    "ConfigModel",
-    "FolderBusy",
-    "GridConfig",
-    "Interrupted",
-    "OutputWriteError",
-    "Prefetch",
-    "RunReport",
-    "StepHistory",
-    "ViewerError",
-    "WarmupReport",
-    "app_class",
-    "available_apps",
-    "available_configs",
-    "check_output_folder",
-    "configs_root",
-    "find_meshes",
-    "load_config",
-    "output_folder",
-    "parse_set",
-    "resolve_device",
-    "run",
-    "run_batch",
-    "start_ray",
-    "step_batched",
-    "verify_outputs",
-    "warmup",
-]
+# each name: (the private module that defines it, its name there), imported on first use (PEP 562)
+_HOMES = {
+    "App": ("warp_meshad._src.app.base", "App"),
+    "BatchStepParts": ("warp_meshad._src.app.base", "BatchStepParts"),
+    "resolve_device": ("warp_meshad._src.app.base", "resolve_device"),
+    "BatchReport": ("warp_meshad._src.app.batch", "BatchReport"),
+    "SUMMARY_COLUMNS": ("warp_meshad._src.app.batch", "SUMMARY_COLUMNS"),
+    "find_meshes": ("warp_meshad._src.app.batch", "find_meshes"),
+    "run_batch": ("warp_meshad._src.app.batch", "run_batch"),
+    "start_ray": ("warp_meshad._src.app.batch", "start_ray"),
+    "AppConfig": ("warp_meshad._src.app.config", "AppConfig"),
+    "ConfigError": ("warp_meshad._src.app.config", "ConfigError"),
+    "ConfigModel": ("warp_meshad._src.app.config", "ConfigModel"),
+    "GridConfig": ("warp_meshad._src.app.config", "GridConfig"),
+    "FolderBusy": ("warp_meshad._src.app.folder_lock", "FolderBusy"),
+    "StepHistory": ("warp_meshad._src.app.history", "StepHistory"),
+    "Interrupted": ("warp_meshad._src.app.interrupts", "Interrupted"),
+    "load_config": ("warp_meshad._src.app.loader", "load_config"),
+    "parse_set": ("warp_meshad._src.app.loader", "parse_set"),
+    "OutputWriteError": ("warp_meshad._src.app.output_set", "OutputWriteError"),
+    "verify_outputs": ("warp_meshad._src.app.output_set", "verify_outputs"),
+    "check_output_folder": ("warp_meshad._src.app.outputs", "check_output_folder"),
+    "output_folder": ("warp_meshad._src.app.outputs", "output_folder"),
+    "Prefetch": ("warp_meshad._src.app.prefetch", "Prefetch"),
+    "DEFAULT_CONFIG": ("warp_meshad._src.app.registry", "DEFAULT_CONFIG"),
+    "app_class": ("warp_meshad._src.app.registry", "app_class"),
+    "available_apps": ("warp_meshad._src.app.registry", "available_apps"),
+    "available_configs": ("warp_meshad._src.app.registry", "available_configs"),
+    "configs_root": ("warp_meshad._src.app.registry", "configs_root"),
+    "RunReport": ("warp_meshad._src.app.runner", "RunReport"),
+    "WarmupReport": ("warp_meshad._src.app.runner", "WarmupReport"),
+    "run": ("warp_meshad._src.app.runner", "run_app"),
+    "step_batched": ("warp_meshad._src.app.runner", "step_apps_batched"),
+    "warmup": ("warp_meshad._src.app.runner", "warmup_app"),
+    "ViewerError": ("warp_meshad._src.app.viewer", "ViewerError"),
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(home[0]), home[1])
+    globals()[name] = value  # later look-ups find it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
