@@ -100,9 +100,9 @@ def test_a_run_records_its_phases_in_metrics_and_profile_prints_them(tmp_path, c
     assert sum(values) >= 0.9 * m["phases_total_s"], (sum(values), m["phases_total_s"])
     np.testing.assert_allclose(p["steps"]["first"], m["compile"]["first_step_s"], atol=1e-6)  # kept to 1 us
     # the setup's legacy total (ms) is the build from the app's module on: the phases from there on cover it, and
-    # little else than the plot worker's start and the glue between the command line and the runner
-    build = sum(s for k, s in p["setup"].items() if k not in ("config", "output folder", "plot worker"))
-    assert "plot worker" in p["setup"]
+    # little else than the children's start and the glue between the command line and the runner
+    build = sum(s for k, s in p["setup"].items() if k not in ("config", "output folder", "children"))
+    assert "children" in p["setup"]
     assert m["time_ms"]["setup"] / 1000.0 - 1e-3 <= build <= m["time_ms"]["setup"] / 1000.0 + 0.05
     # --profile: a table of the same phases, then the commit (after metrics.json) and the total
     assert "where the seconds of cloth/hanging went" in err

@@ -69,7 +69,7 @@ def test_a_child_that_fails_makes_the_run_draw_the_plot_itself(tmp_path, monkeyp
     said = []
     c = load_config("cloth/hanging", test=True, overrides={"screenshot": False, "device": "cpu",
                                                             "output": str(tmp_path)})
-    report = run(c, log=said.append, plot_in_child=True)
+    report = run(c, log=said.append, start_children=True)
     assert "drawing convergence.png in this process: the child broke (test)" in said
     assert report.files["convergence"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert verify_outputs(tmp_path, ["convergence.png", "final.obj", "metrics.json"])[1] == ""

@@ -145,7 +145,7 @@ def _run(args, phases) -> int:
     config = _config(args)
     phases.add("setup", "config", time.perf_counter() - t0)
     viewer = True if args.viewer else (False if args.headless else None)
-    report = run(config, quiet=args.quiet, viewer=viewer, wait=args.wait, phases=phases, plot_in_child=True)
+    report = run(config, quiet=args.quiet, viewer=viewer, wait=args.wait, phases=phases, start_children=True)
     if args.profile:
         print(report.phases.table(f"warp-meshad: where the seconds of {config.app}/{config.scene or 'custom'} went "
                                   "(wall time):"), file=sys.stderr, flush=True)

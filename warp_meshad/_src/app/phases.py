@@ -7,8 +7,9 @@ A run's phases fall in four groups, in this order:
   command: the interpreter, ``site``, the package's ``__init__``) and ``imports`` (the modules the command imports
   before it reads the config: Warp, the app framework);
 - ``setup``: ``config`` (the YAML read, the app's module imported for its config class, the values checked),
-  ``output folder`` (checked and locked), ``plot worker`` (the start of the child that draws ``convergence.png``),
-  ``app import`` (the app's module, where the config did not import it), then the app's own build as the app times it (:meth:`~warp_meshad._src.app.base.App.lap`:
+  ``output folder`` (checked and locked), ``children`` (the start of the child processes that draw
+  ``convergence.png`` and render ``screenshot.png``), ``app import`` (the app's module, where the config did not
+  import it), then the app's own build as the app times it (:meth:`~warp_meshad._src.app.base.App.lap`:
   ``config check``, ``device`` (Warp's start on it), ``mesh read``, ``checks``, ``start point``, ``problem``,
   ``solver``, ...);
 - ``steps``: ``first`` (the first step: the Hessian pattern where it is built on first use, the kernels' first

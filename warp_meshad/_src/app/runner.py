@@ -110,13 +110,15 @@ class _StepClock:
 
 def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: ModuleLoads, clock: _StepClock,
             check: bool, log, messages: list, plot: bool = True, state: dict | None = None,
-            phases: RunPhases | None = None, plotter: PlotWorker | None = None) -> RunReport:
+            phases: RunPhases | None = None, plotter: PlotWorker | None = None,
+            shooter: _viewer.ScreenshotWorker | None = None) -> RunReport:
     """Check the app after its run, write its outputs (final mesh, convergence plot unless ``plot`` is False,
     screenshot, metrics.json, then the manifest) as one :class:`OutputSet` and return the report; a
     ``check_final`` failure is raised after the outputs are written. The screenshot's child process renders while this
     one writes the mesh and the plot; a ``plotter`` (:class:`~warp_meshad._src.app.plot.PlotWorker`) draws the plot
     while this process checks the app and writes the mesh, and its PNG is written here (drawn here instead when the
-    worker gives none). ``state["phase"]`` becomes ``"done"`` once the outputs are in place (a signal that came while
+    worker gives none); a ``shooter`` (:class:`~warp_meshad._src.app.viewer.ScreenshotWorker`) renders the screenshot
+    in its child started ahead. ``state["phase"]`` becomes ``"done"`` once the outputs are in place (a signal that came while
     they were renamed takes effect just after). The outputs' phases are added to ``phases``.
 
     Raises:
@@ -179,7 +181,7 @@ def _finish(app: App, config: AppConfig, out: pathlib.Path, times: dict, loads: 
                 t_shot = time.perf_counter()
                 try:
                     ok, why = _viewer.screenshot(app, outputs.temp_path("screenshot.png"),
-                                                 while_rendering=mesh_and_plot)
+                                                 while_rendering=mesh_and_plot, worker=shooter)
                 except Exception as exc:  # the screenshot's own failure (the scene could not be read) costs only it
                     if failed or isinstance(exc, OSError):
                         raise
@@ -270,7 +272,7 @@ def setup_objects_frozen():
 
 def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, check: bool = True,
             log=None, plot: bool = True, prepared=None, wait: bool = False, phases: RunPhases | None = None,
-            plot_in_child: bool = False) -> RunReport:
+            start_children: bool = False) -> RunReport:
     """Build the config's app, run it (headless, or in the viewer), check it, and write its outputs.
 
     The output folder is checked for writing and locked first (one writer per folder: another process's run or
@@ -297,9 +299,11 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
         wait: when another process holds the output folder, wait for it instead of refusing.
         phases: the phases timed before this call (the command line's start, imports and config), to which the run
             adds its own; None: a new :class:`~warp_meshad._src.app.phases.RunPhases`.
-        plot_in_child: draw ``convergence.png`` in a child process started now
-            (:class:`~warp_meshad._src.app.plot.PlotWorker`: it imports matplotlib while the app builds and steps;
-            the command line does this); False: in this process, after the steps.
+        start_children: start, with the run, the child processes that draw ``convergence.png``
+            (:class:`~warp_meshad._src.app.plot.PlotWorker`) and render ``screenshot.png``
+            (:class:`~warp_meshad._src.app.viewer.ScreenshotWorker`): they import matplotlib and Polyscope and start
+            EGL while the app builds and steps (the command line does this). False: the plot is drawn in this
+            process and the screenshot's child starts when the outputs are written.
 
     Returns:
         :class:`RunReport`.
@@ -322,16 +326,22 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
         phases.add("setup", "output folder", time.perf_counter() - t0)
         state = {"phase": "build", "app": None}
         try:
-            plotter = None
-            if plot and plot_in_child and not (config.viewer if viewer is None else viewer) and PlotWorker.available():
-                with phases.timed("setup", "plot worker"):  # its start; it imports matplotlib while the run works
-                    plotter = stack.enter_context(PlotWorker()).start()
-            return _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state, phases, plotter)
+            plotter = shooter = None
+            headless = not (config.viewer if viewer is None else viewer)
+            if start_children and headless:
+                with phases.timed("setup", "children"):  # their starts; they import while the run works
+                    if plot and PlotWorker.available():
+                        plotter = stack.enter_context(PlotWorker()).start()
+                    if config.screenshot and _viewer.ScreenshotWorker.available():
+                        shooter = stack.enter_context(_viewer.ScreenshotWorker()).start()
+            return _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state, phases, plotter,
+                               shooter)
         except KeyboardInterrupt as exc:
             raise _interrupted_run(exc, config, out, state["phase"], state["app"]) from None
 
 
-def _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state, phases, plotter) -> RunReport:
+def _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state, phases, plotter, shooter,
+                ) -> RunReport:
     """:func:`run_app` once the folder is locked; ``state`` tells an interrupt how far it came."""
     times = {}
     t0 = time.perf_counter()
@@ -385,7 +395,7 @@ def _run_locked(config, out, quiet, viewer, check, log, plot, prepared, state, p
     if loads.compiled:
         log(loads.describe())
     state["phase"] = "outputs"
-    return _finish(app, config, out, times, loads, clock, check, log, messages, plot, state, phases, plotter)
+    return _finish(app, config, out, times, loads, clock, check, log, messages, plot, state, phases, plotter, shooter)
 
 
 def _resolved(prepared):

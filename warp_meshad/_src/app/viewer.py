@@ -5,6 +5,8 @@
 - :func:`screenshot`: ``screenshot.png`` rendered by Polyscope through EGL without a screen. It runs in a child
   process (this file run by path with ``SCENE.npz OUT.png``: numpy, Polyscope and matplotlib only, no Warp) so that a
   broken GL driver cannot take the run down with it, and reports why it was skipped where EGL or Polyscope is missing.
+  :class:`ScreenshotWorker` starts that child ahead (``--serve``: it imports and starts EGL while the run works, then
+  renders the scene it is given on stdin).
 
 Both show the same scene: the mesh coloured by the app's first scalar quantity (named with its units; every vector
 quantity drawn too), and for an app with texture coordinates (:meth:`App.uv_coordinates`) the uv map as a checker on
@@ -30,8 +32,8 @@ import time
 
 import numpy as np
 
-__all__ = ["ColorBar", "ViewerController", "ViewerError", "add_colorbar", "colorbar_figure", "first_colorbar",
-           "screenshot", "show"]
+__all__ = ["ColorBar", "ScreenshotWorker", "ViewerController", "ViewerError", "add_colorbar", "colorbar_figure",
+           "first_colorbar", "screenshot", "show"]
 
 MESH_NAME = "mesh"
 UV_CHECKER_NAME = "uv layout (checker)"  # the flat copies of the uv layout beside the surface
@@ -359,16 +361,84 @@ def show(app, log=None, backend: str | None = None, frames: int | None = None) -
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def screenshot(app, path, timeout_s: float = 120.0, while_rendering=None) -> tuple[bool, str]:
+def _child_command(*args: str) -> list[str]:
+    # this file run by path, not as warp_meshad._src.app.viewer: the child then skips the package's import of Warp and
+    # the toolkit (0.9 s on a 2-core CPU); runpy keeps this folder off sys.path
+    return [sys.executable, "-c", _CHILD, str(pathlib.Path(__file__).resolve()), *args]
+
+
+class ScreenshotWorker:
+    """The rendering child of :func:`screenshot`, started ahead (the command line's run starts it with the run): while
+    the app builds and steps it imports numpy, Polyscope and matplotlib and starts EGL, then waits on its standard
+    input for the scene to render (``SCENE.npz<TAB>OUT.png``), so that the screenshot then costs the rendering only.
+    A child whose EGL failed has exited with the status :func:`screenshot` reports. As a context manager it stops the
+    child when the block ends (a child that was given no scene exits on its own when its input closes)."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.started_at: float | None = None
+        self._taken: subprocess.Popen | None = None
+
+    @classmethod
+    def available(cls) -> bool:
+        """Whether Polyscope is installed (found without importing it)."""
+        import importlib.util
+
+        return importlib.util.find_spec("polyscope") is not None
+
+    def start(self) -> ScreenshotWorker:
+        """Start the child; an ``OSError`` leaves the worker without one (:func:`screenshot` then starts its own)."""
+        try:
+            self.proc = subprocess.Popen(_child_command("--serve"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+            self.started_at = time.perf_counter()
+        except OSError:
+            self.proc = None
+        return self
+
+    def take(self) -> subprocess.Popen | None:
+        """The child, once (None when there is none or it was taken)."""
+        proc, self.proc = self.proc, None
+        self._taken = proc
+        return proc
+
+    def close(self) -> None:
+        """Stop the child if it still runs and wait for it."""
+        for p in (self.proc, self._taken):
+            if p is not None and p.poll() is None:
+                p.kill()
+                try:
+                    p.wait(timeout=10.0)
+                except subprocess.TimeoutExpired:
+                    pass
+            if p is not None:
+                for stream in (p.stdin, p.stdout, p.stderr):
+                    try:
+                        if stream is not None:
+                            stream.close()
+                    except OSError:
+                        pass
+
+    def __enter__(self) -> ScreenshotWorker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def screenshot(app, path, timeout_s: float = 120.0, while_rendering=None, worker: ScreenshotWorker | None = None,
+               ) -> tuple[bool, str]:
     """Render the app's current state to ``path`` (PNG) headless, in a child process.
 
     Args:
         app: the app (its :meth:`positions`, :meth:`quantities`, ... are read before the child starts).
         path: the PNG to write.
-        timeout_s: the child's time limit, from its start.
+        timeout_s: the child's time limit, from the moment it is given the scene.
         while_rendering: optional ``() -> None`` (the other outputs) run once in this process while the child
             renders; it runs all the same when there is no child (no polyscope, or the scene could not be read from
             the app). Its exception is raised after the child is stopped.
+        worker: a :class:`ScreenshotWorker` started ahead, whose child renders the scene; None (or one without a
+            child): a child is started here.
 
     Returns:
         ``(True, "")`` when written, else ``(False, why)`` (no polyscope, no EGL, a driver failure, ...).
@@ -379,9 +449,7 @@ def screenshot(app, path, timeout_s: float = 120.0, while_rendering=None) -> tup
         while pending:
             pending.pop()()
 
-    try:
-        import polyscope  # noqa: F401
-    except ImportError:
+    if not ScreenshotWorker.available():
         run_pending()
         return False, "polyscope is not installed (pip install 'warp-meshad[apps]' or pip install polyscope)"
     path = pathlib.Path(path)
@@ -405,11 +473,17 @@ def screenshot(app, path, timeout_s: float = 120.0, while_rendering=None) -> tup
         arrays["quantity_kinds"] = np.array([k for _, k in names], dtype=str)
         np.savez(scene, **arrays)
         tmp = path.with_name(f".{path.name}.tmp.png")
-        # this file run by path, not as warp_meshad._src.app.viewer: the child then skips the package's import of
-        # Warp and the toolkit (0.9 s on a 2-core CPU); runpy keeps this folder off sys.path
-        cmd = [sys.executable, "-c", _CHILD, str(pathlib.Path(__file__).resolve()), scene, str(tmp)]
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = worker.take() if worker is not None else None
+        if proc is not None:
+            try:
+                proc.stdin.write(f"{scene}\t{tmp}\n")
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError):  # it has exited (no EGL): its status says why, below
+                pass
+        else:
+            proc = subprocess.Popen(_child_command(scene, str(tmp)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
         try:
             run_pending()
             stdout, stderr = proc.communicate(timeout=max(timeout_s - (time.perf_counter() - started), 0.0))
@@ -452,10 +526,9 @@ def _look_from_above(vertices: np.ndarray, spheres) -> None:
     ps.look_at(center + distance * np.array([0.0, np.sin(elevation), np.cos(elevation)]), center)
 
 
-def _render_scene_file(scene_path: str, png_path: str) -> None:
-    """Child-process side of :func:`screenshot`."""
+def _start_polyscope():
+    """Child-process side: Polyscope initialized on EGL, or this process ends with :data:`_NO_EGL`."""
     ps, _ = import_polyscope()
-    data = np.load(scene_path)
     ps.set_allow_headless_backends(True)
     ps.set_program_name("warp-meshad")
     ps.set_verbosity(0)
@@ -467,6 +540,27 @@ def _render_scene_file(scene_path: str, png_path: str) -> None:
               flush=True)
         os._exit(_NO_EGL)  # not sys.exit: Polyscope's exit handler would add a second, misleading error
     ps.set_ground_plane_mode("shadow_only")
+    return ps
+
+
+def _serve() -> None:
+    """Child-process side of :class:`ScreenshotWorker`: start, then render the scene named on stdin (none: exit)."""
+    ps = _start_polyscope()
+    import matplotlib.backends.backend_agg  # noqa: F401 (the colour bar and the PNG, loaded ahead)
+    import matplotlib.figure  # noqa: F401
+    import matplotlib.image  # noqa: F401
+
+    line = sys.stdin.readline().rstrip("\n")
+    if line:
+        scene_path, png_path = line.split("\t")
+        _render_scene_file(scene_path, png_path, ps)
+
+
+def _render_scene_file(scene_path: str, png_path: str, ps=None) -> None:
+    """Child-process side of :func:`screenshot` (``ps``: Polyscope started already)."""
+    if ps is None:
+        ps = _start_polyscope()
+    data = np.load(scene_path)
     quantities = {
         str(n): (str(k), data[f"q{i}"]) for i, (n, k) in enumerate(zip(data["quantity_names"], data["quantity_kinds"]))
     }
@@ -487,6 +581,9 @@ def _render_scene_file(scene_path: str, png_path: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: python viewer.py SCENE.npz OUT.png")
-    _render_scene_file(sys.argv[1], sys.argv[2])
+    if sys.argv[1:] == ["--serve"]:
+        _serve()
+    elif len(sys.argv) == 3:
+        _render_scene_file(sys.argv[1], sys.argv[2])
+    else:
+        sys.exit("usage: python viewer.py SCENE.npz OUT.png | --serve")
