@@ -606,7 +606,8 @@ TINY = {"1.0e-300" if dtype == "float64" else "1.0e-30"}  # floor of a failed Ch
 
 def _packed_api(k: int) -> list[str]:
     """What a ``"hess"`` module re-exports of its packed module (the kernel text calls these as ``_D.<name>``)."""
-    return ["unpack", "pack", "sym_mv", "project_psd"] + (["project_psd_unrolled"] if k <= UNROLLED_PROJECTION_MAX_K else [])
+    names = ["unpack", "pack", "sym_mv", "project_psd"]
+    return names + (["project_psd_unrolled"] if k <= UNROLLED_PROJECTION_MAX_K else [])
 
 
 def _packed_module(out: _Src, k: int, dtype: str):
@@ -774,56 +775,39 @@ def _packed(out: _Src, k: int):
     out.func("def sym_mv(h: vecP, v: vecK):\n" + vl + f"    return vecK({rows})")
 
 
-def _cycles(dest: dict[str, str]) -> list[list[str]]:
-    """The cycles of a permutation of names given as ``dest[src]`` (where the content of ``src`` goes), each listed
-    in order (the content of ``c[i]`` goes to ``c[i + 1]``, the last one's to ``c[0]``); fixed names left out."""
-    seen, cycles = set(), []
-    for start in dest:
-        if start in seen or dest[start] == start:
-            continue
-        cycle, name = [], start
-        while name not in seen:
-            seen.add(name)
-            cycle.append(name)
-            name = dest[name]
-        cycles.append(cycle)
-    return cycles
-
-
 def _psd_unrolled(out: _Src, k: int):
     """``project_psd`` on the packed upper triangle with every index a literal (for GPUs): the matrix and the
     eigenvectors are scalar locals, so they can stay in registers instead of local memory.
 
-    Cyclic Jacobi in the round-robin ("chess tournament") order of parallel Jacobi: the k indices sit at N = k (or
-    k + 1, one place empty, for odd k) places; a step rotates the fixed place pairs (i, N - 1 - i), which are
-    disjoint, and then moves the contents of places 1..N-1 on by one (place 0 keeps its index), so that the N - 1
-    steps of a sweep meet every index pair exactly once, as a cyclic sweep does. Only the step is written out (k // 2
-    rotations, then the move as register copies along its cycles); steps are a runtime loop, so the code is about
-    1 / (N - 1) of a sweep written out (k = 12: 6 rotations instead of 66), with literal indices throughout.
+    Cyclic Jacobi in the odd-even order of parallel Jacobi, with fixed places: a step rotates the disjoint pairs of
+    neighbouring places, (0, 1), (2, 3), ... or (1, 2), (3, 4), ..., in turn, and each rotation of places (p, q) also
+    swaps their contents (it writes its two results crosswise: a 2 x 2 orthogonal map all the same, at no cost). The
+    indices then travel as in an odd-even transposition sort that always swaps: any k consecutive steps meet every
+    index pair exactly once, as a cyclic sweep does. Only the two kinds of step are written out (k - 1 rotations); a
+    runtime loop repeats them, so the code is about 2 / k of a sweep written out (k = 12: 11 rotations instead of 66)
+    and the loop carries the same locals round, with no copies between its iterations.
 
-    A rotation of (p, q) zeroes a_pq, updates a_pp and a_qq (``a_pp - t a_pq``, ``a_qq + t a_pq``) and rotates the other
-    entries of rows p and q; the eigenvectors' columns follow the places (their rows are the matrix's own indices).
-    The convergence test runs at the start of every sweep. The early out is a Cholesky factorization of
-    ``h - eps I`` (written branch free).
+    A rotation of (p, q) zeroes a_pq, turns a_pp and a_qq into ``a_pp - t a_pq`` and ``a_qq + t a_pq`` (which trade
+    places) and rotates the other entries of rows p and q; the eigenvectors' columns go with the places (their rows
+    are the matrix's own indices). The convergence test runs every ceil(k / 2) pairs of steps (a sweep or one step
+    more). The early out is a Cholesky factorization of ``h - eps I`` (written branch free).
     """
-    n_places = k + k % 2
-    first = k % 2  # the place of index 0: 1 when place 0 stays empty (odd k)
-    places = list(range(first, n_places))
+    places = list(range(k))
 
     def A(i, j):  # the matrix entry of places i and j
         return f"a{min(i, j)}_{max(i, j)}"
 
     def rotate(x, y, ind):
-        """(x, y) <- (c x - s y, s x + c y): one pair of entries under the rotation."""
-        return [f"{ind}x0 = {x}", f"{ind}x1 = {y}", f"{ind}{x} = c * x0 - s * x1", f"{ind}{y} = s * x0 + c * x1"]
+        """(x, y) <- (s x + c y, c x - s y): one pair of entries rotated and swapped."""
+        return [f"{ind}x0 = {x}", f"{ind}x1 = {y}", f"{ind}{x} = s * x0 + c * x1", f"{ind}{y} = c * x0 - s * x1"]
 
     pairs = _upper_pairs(k)
     lines = ["def project_psd_unrolled(h: vecP, eps: S, absolute: int):"]
-    lines += [f"    {A(i + first, j + first)} = h[{n}]" for n, (i, j) in enumerate(pairs)]
+    lines += [f"    {A(i, j)} = h[{n}]" for n, (i, j) in enumerate(pairs)]
     # Cholesky of h - eps I (l_ij, i >= j): ok stays 1 while every pivot is positive
     lines += ["    ok = int(1)"]
     for j in range(k):
-        d = " - ".join([f"({A(j + first, j + first)} - eps)"] + [f"l{j}_{q} * l{j}_{q}" for q in range(j)])
+        d = " - ".join([f"({A(j, j)} - eps)"] + [f"l{j}_{q} * l{j}_{q}" for q in range(j)])
         lines += [
             f"    d = {d}",
             "    if d <= S(0.0):",
@@ -832,49 +816,45 @@ def _psd_unrolled(out: _Src, k: int):
             f"    il = S(1.0) / l{j}_{j}",
         ]
         for i in range(j + 1, k):
-            t = " - ".join([A(i + first, j + first)] + [f"l{i}_{q} * l{j}_{q}" for q in range(j)])
+            t = " - ".join([A(i, j)] + [f"l{i}_{q} * l{j}_{q}" for q in range(j)])
             lines += [f"    l{i}_{j} = ({t}) * il"]
     lines += ["    if ok != 0:", "        return h"]
     for r in range(k):
         for p in places:
-            lines += [f"    v{r}_{p} = S({1.0 if p == r + first else 0.0})"]
+            lines += [f"    v{r}_{p} = S({1.0 if p == r else 0.0})"]
     if k > 1:
-        steps = n_places - 1  # a sweep
+        test_every = (k + 1) // 2  # pairs of steps
         ind = "        "
-        lines += ["    step = int(0)", f"    while step < {30 * steps}:"]  # 30 sweeps at most; a while loop is never unrolled
+        # 30 sweeps at most; Warp never unrolls a while loop
+        lines += ["    step = int(0)", f"    while step < {30 * test_every}:"]
         off = " + ".join(f"{A(p, q)} * {A(p, q)}" for p in places for q in places if p < q)
         dia = " + ".join(f"{A(p, p)} * {A(p, p)}" for p in places)
         test = [f"off = {off}", f"dia = {dia}", "if off <= S(TOL) * dia or off == S(0.0):", "    break"]
-        lines += [f"{ind}if step % {steps} == 0:"] + [f"{ind}    {t}" for t in test] if steps > 1 else [ind + t for t in test]
-        for i in range(n_places // 2):
-            p, q = i, n_places - 1 - i
-            if p < first:  # the empty place's pair
-                continue
-            lines += [
-                f"{ind}apq = {A(p, q)}",
-                f"{ind}theta = ({A(q, q)} - {A(p, p)}) / wp.where(apq == S(0.0), S(1.0), S(2.0) * apq)",
-                f"{ind}t = S(1.0) / (wp.abs(theta) + wp.sqrt(theta * theta + S(1.0)))",
-                f"{ind}t = wp.where(theta < S(0.0), -t, t)",
-                f"{ind}t = wp.where(apq == S(0.0), S(0.0), t)",
-                f"{ind}c = S(1.0) / wp.sqrt(t * t + S(1.0))",
-                f"{ind}s = t * c",
-                f"{ind}{A(p, p)} = {A(p, p)} - t * apq",
-                f"{ind}{A(q, q)} = {A(q, q)} + t * apq",
-                f"{ind}{A(p, q)} = S(0.0)",
-            ]
-            for r in places:  # the other entries of rows p and q of the matrix
-                if r not in (p, q):
-                    lines += rotate(A(r, p), A(r, q), ind)
-            for r in range(k):  # columns p and q of the eigenvectors
-                lines += rotate(f"v{r}_{p}", f"v{r}_{q}", ind)
-        # the contents of places 1..N-1 move on by one (N - 1 to 1); place 0 stays
-        nxt = {p: (p if p == 0 else (p + 1 if p < n_places - 1 else 1)) for p in places}
-        dest = {A(p, q): A(nxt[p], nxt[q]) for i, p in enumerate(places) for q in places[i:]}
-        dest.update({f"v{r}_{p}": f"v{r}_{nxt[p]}" for r in range(k) for p in places})
-        for cycle in _cycles(dest):
-            lines += [f"{ind}x0 = {cycle[-1]}"]
-            lines += [f"{ind}{cycle[m]} = {cycle[m - 1]}" for m in range(len(cycle) - 1, 0, -1)]
-            lines += [f"{ind}{cycle[0]} = x0"]
+        if test_every > 1:
+            lines += [f"{ind}if step % {test_every} == 0:"] + [f"{ind}    {t}" for t in test]
+        else:
+            lines += [ind + t for t in test]
+        for first in (0, 1):  # the two kinds of step
+            for p in range(first, k - 1, 2):
+                q = p + 1
+                lines += [
+                    f"{ind}apq = {A(p, q)}",
+                    f"{ind}theta = ({A(q, q)} - {A(p, p)}) / wp.where(apq == S(0.0), S(1.0), S(2.0) * apq)",
+                    f"{ind}t = S(1.0) / (wp.abs(theta) + wp.sqrt(theta * theta + S(1.0)))",
+                    f"{ind}t = wp.where(theta < S(0.0), -t, t)",
+                    f"{ind}t = wp.where(apq == S(0.0), S(0.0), t)",
+                    f"{ind}c = S(1.0) / wp.sqrt(t * t + S(1.0))",
+                    f"{ind}s = t * c",
+                    f"{ind}x0 = {A(p, p)} - t * apq",
+                    f"{ind}{A(p, p)} = {A(q, q)} + t * apq",
+                    f"{ind}{A(q, q)} = x0",
+                    f"{ind}{A(p, q)} = S(0.0)",
+                ]
+                for r in places:  # the other entries of rows p and q of the matrix
+                    if r not in (p, q):
+                        lines += rotate(A(r, p), A(r, q), ind)
+                for r in range(k):  # columns p and q of the eigenvectors
+                    lines += rotate(f"v{r}_{p}", f"v{r}_{q}", ind)
         lines += [f"{ind}step += 1"]
     for p in places:
         lines += [

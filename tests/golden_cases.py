@@ -39,7 +39,7 @@ TILED_MODES = ("hessian", "hessian_proj")
 REDUCED_MODES = ("energy", "gradient")  # the energy summed per thread block (contract.KernelVariant.reduced)
 
 # dual modules kept as full text (the rest by digest): one of each kind of generated code; the packed modules of
-# k = 3 and 12 show the projection's round-robin Jacobi with an empty place (odd k) and without
+# k = 3 and 12 show the projection's odd-even Jacobi steps for an odd and an even k
 DUAL_FULL = (("plain", 0, "float64"), ("grad", 3, "float64"), ("hess", 4, "float32"), ("hess", 6, "float64"),
              ("hess", 12, "float64"), ("packed", 3, "float64"), ("packed", 12, "float64"))
 DUAL_ALL = [("plain", 0, "float64")] + [
