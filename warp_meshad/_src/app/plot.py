@@ -27,6 +27,8 @@ import time
 
 import numpy as np
 
+from warp_meshad._src.app.child_process import stop_child
+
 __all__ = ["DPI", "PlotWorker", "convergence_figure", "convergence_png", "plot_records"]
 
 DPI = 110
@@ -216,20 +218,7 @@ class PlotWorker:
 
     def close(self) -> None:
         """Stop the child if it still runs and wait for it (it then writes nothing more)."""
-        p = self.proc
-        if p is not None and p.poll() is None:
-            p.kill()
-            try:
-                p.wait(timeout=10.0)
-            except subprocess.TimeoutExpired:
-                pass
-        if p is not None:
-            for stream in (p.stdin, p.stdout, p.stderr):
-                try:
-                    if stream is not None:
-                        stream.close()
-                except OSError:
-                    pass
+        stop_child(self.proc)
 
     def __enter__(self) -> PlotWorker:
         return self

@@ -32,6 +32,8 @@ import time
 
 import numpy as np
 
+from warp_meshad._src.app.child_process import stop_child
+
 __all__ = ["ColorBar", "ScreenshotWorker", "ViewerController", "ViewerError", "add_colorbar", "colorbar_figure",
            "first_colorbar", "screenshot", "show"]
 
@@ -405,19 +407,7 @@ class ScreenshotWorker:
     def close(self) -> None:
         """Stop the child if it still runs and wait for it."""
         for p in (self.proc, self._taken):
-            if p is not None and p.poll() is None:
-                p.kill()
-                try:
-                    p.wait(timeout=10.0)
-                except subprocess.TimeoutExpired:
-                    pass
-            if p is not None:
-                for stream in (p.stdin, p.stdout, p.stderr):
-                    try:
-                        if stream is not None:
-                            stream.close()
-                    except OSError:
-                        pass
+            stop_child(p)
 
     def __enter__(self) -> ScreenshotWorker:
         return self
