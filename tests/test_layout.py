@@ -156,3 +156,32 @@ def test_no_private_solver_member_is_used_across_modules():
     files = [p for folder in ("warp_meshad", "apps", "benchmarks") for p in sorted((ROOT / folder).rglob("*.py"))]
     uses = [use for p in files for use in _foreign_uses(p, set().union(*(n for m, n in members.items() if m != p)))]
     assert uses == [], "\n".join(uses)
+
+
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11+")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_every_package_and_config_folder_is_installed():
+    """pyproject.toml lists its packages by hand: a new subpackage (a folder of .py files under warp_meshad/,
+    kernels/ or apps/) or a new app's configs/<app>/ folder must be there, with its YAML files as package data, or an
+    installed copy lacks it."""
+    tool = _pyproject()["tool"]["setuptools"]
+    listed, data = set(tool["packages"]), tool["package-data"]
+    roots = {"warp_meshad": ROOT / "warp_meshad", "warp_meshad.kernels": ROOT / "kernels",
+             "warp_meshad.apps": ROOT / "apps", "warp_meshad.configs": ROOT / "configs"}
+    assert {name: str(path.relative_to(ROOT)) for name, path in roots.items()} == tool["package-dir"]
+    missing = []
+    for name, root in roots.items():
+        for init in sorted(root.rglob("__init__.py")):
+            if "__pycache__" in init.parts:
+                continue
+            package = ".".join([name, *init.parent.relative_to(root).parts])
+            if package not in listed:
+                missing.append(package)
+    for folder in sorted(p for p in (ROOT / "configs").iterdir() if p.is_dir() and any(p.glob("*.yaml"))):
+        package = f"warp_meshad.configs.{folder.name}"
+        if package not in listed or "*.yaml" not in data.get(package, ()):
+            missing.append(f"{package} (with its *.yaml as package data)")
+    assert missing == [], f"pyproject.toml [tool.setuptools] lacks: {missing}"

@@ -17,7 +17,7 @@ from warp_meshad._src.solve.linear.base import LinearSolver
 
 __all__ = []
 
-_CUPY_INSTALL = 'pip install "warp-meshad[cudss]" (or: pip install cupy-cuda12x)'
+_CUPY_INSTALL = 'pip install "warp-meshad[cudss]" (or: pip install cupy-cuda13x)'
 
 
 def _import_cupy():
