@@ -51,7 +51,7 @@ def to_cupy(A):
         import cupy as cp
         import cupyx.scipy.sparse as csp
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("to_cupy needs CuPy: pip install "warp-meshad[cudss]" (CuPy for CUDA 13: cupy-cuda13x)") from exc
+        raise ImportError('to_cupy needs CuPy: pip install "warp-meshad[cudss]" (CuPy for CUDA 13: cupy-cuda13x)') from exc
     if not A.values.device.is_cuda:
         raise ValueError(f"to_cupy needs a matrix on a CUDA device, got one on {A.values.device}")
     import warp.sparse as wps
