@@ -84,7 +84,7 @@ class DeviceLoopBase:
         scalar = getattr(p.variable_type, "_wp_scalar_type_", p.variable_type)
         self.scalar = scalar
         self.x, self.g, self.d, self.trial = self._vector(), self._vector(), self._vector(), self._vector()
-        self.gg, self.gd, self.alpha = (wp.zeros(1, dtype=scalar, device=self.device) for _ in range(3))
+        self.alpha = wp.zeros(1, dtype=scalar, device=self.device)
         self.searching = wp.zeros(1, dtype=wp.int32, device=self.device)  # the while node's condition
         self.conditional = bool(options.capture and options.conditional and self.device.is_cuda
                                 and wp.is_conditional_graph_supported())
@@ -151,6 +151,28 @@ class DeviceLoopBase:
                 return state, "callback"
         return state, ("status" if state[k.STATUS] != 0.0 else None)
 
+    def _fill_from(self, result, record: np.ndarray, stopped_by_callback: bool, direction) -> None:
+        """Fill ``result`` from the record read at the end: energies, gradient norms, steps and tries, iterations,
+        stop reason; ``direction(row)`` books each history row that holds a direction (what a loop records of it)."""
+        state = record[: k.STATE_SIZE]
+        history = record[_WIDTH:].reshape(-1, _WIDTH)
+        last = int(state[k.IT])
+        result.energies = [float(v) for v in history[: last + 1, k.H_ENERGY]]
+        for row in history[: last + 1]:
+            if row[k.H_HAS_GNORM]:
+                result.gradient_norms.append(float(row[k.H_GNORM]))
+            if row[k.H_HAS_DIRECTION]:
+                direction(row)
+            if row[k.H_HAS_STEP]:
+                result.step_sizes.append(float(row[k.H_ALPHA]))
+                result.line_search_tries.append(int(row[k.H_TRIES]))
+        result.iterations = int(state[k.ITERATIONS])
+        if stopped_by_callback:
+            result.reason = "callback"
+        else:  # no stop code: the slots ran out before a stop (poll=False)
+            result.reason = k.REASONS.get(int(state[k.STATUS]), "max_iterations")
+        result.converged = result.reason in k.CONVERGED
+
     def _conditional_failed(self, exc: Exception) -> bool:
         """A capture with the line search's while node failed: capture without it from now on (``trials`` per
         slot) and keep the reason in :attr:`conditional_error`. False where no while node was captured."""
@@ -169,7 +191,7 @@ class DeviceLoopRunner(DeviceLoopBase):
     def __init__(self, solver, options: DeviceLoop):
         super().__init__(solver, options)
         self.solved, self.rhs = self._vector(), self._vector()
-        self.residual_sq = wp.zeros(1, dtype=self.scalar, device=self.device)
+        self.gg, self.gd, self.residual_sq = (wp.zeros(1, dtype=self.scalar, device=self.device) for _ in range(3))
         self.solve_failed = wp.zeros(1, dtype=wp.int32, device=self.device)
         self.H = None
         self.solve_capture_error: str | None = None  # why capturing the linear solve failed (then never tried again)
@@ -432,30 +454,15 @@ class DeviceLoopRunner(DeviceLoopBase):
                          backend.name)
 
     def _fill(self, result, record: np.ndarray, infos: list, stopped_by_callback: bool) -> None:
-        state = record[: k.STATE_SIZE]
-        history = record[_WIDTH:].reshape(-1, _WIDTH)
-        last = int(state[k.IT])
-        result.energies = [float(v) for v in history[: last + 1, k.H_ENERGY]]
-        for row in history[: last + 1]:
-            if row[k.H_HAS_GNORM]:
-                result.gradient_norms.append(float(row[k.H_GNORM]))
-            if row[k.H_HAS_DIRECTION]:
-                fallback = int(row[k.H_FALLBACK])
-                info = infos[int(row[k.H_SLOT]) - 1]
-                if fallback == 2:
-                    result.record_linear_solve(0, False, failed=True)
-                else:
-                    result.record_linear_solve(info.iterations, info.converged)
-                if fallback:
-                    result.record_fallback(k.FALLBACKS[fallback])
-                result.newton_decrements.append(float(row[k.H_DECREMENT]))
-            if row[k.H_HAS_STEP]:
-                result.step_sizes.append(float(row[k.H_ALPHA]))
-                result.line_search_tries.append(int(row[k.H_TRIES]))
-        result.iterations = int(state[k.ITERATIONS])
-        status = int(state[k.STATUS])
-        if stopped_by_callback:
-            result.reason = "callback"
-        else:
-            result.reason = k.REASONS.get(status, "max_iterations")  # poll=False: slots ran out before a stop
-        result.converged = result.reason in k.CONVERGED
+        def direction(row) -> None:  # the row's linear solve, its fallback, its Newton decrement
+            fallback = int(row[k.H_FALLBACK])
+            info = infos[int(row[k.H_SLOT]) - 1]
+            if fallback == k.LINEAR_SOLVE_FAILED:
+                result.record_linear_solve(0, False, failed=True)
+            else:
+                result.record_linear_solve(info.iterations, info.converged)
+            if fallback:
+                result.record_fallback(k.FALLBACKS[fallback])
+            result.newton_decrements.append(float(row[k.H_DECREMENT]))
+
+        self._fill_from(result, record, stopped_by_callback, direction)

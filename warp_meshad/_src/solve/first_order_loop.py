@@ -40,7 +40,7 @@ import warp as wp
 from warp_meshad._src.solve import device_loop_kernels as k
 from warp_meshad._src.solve import first_order_kernels as fk
 from warp_meshad._src.solve.constraints import zero_fixed_rows
-from warp_meshad._src.solve.device_loop import _WIDTH, DeviceLoopBase, read_record
+from warp_meshad._src.solve.device_loop import DeviceLoopBase, read_record
 from warp_meshad._src.solve.options import DeviceLoop
 
 __all__ = ["FirstOrderLoopRunner"]
@@ -230,8 +230,9 @@ class FirstOrderLoopRunner(DeviceLoopBase):
 
     # -- the loop ---------------------------------------------------------------------------------------------------
 
-    def run(self, x, max_iterations: int, gtol: float, energy_tolerance: float, callback, result):
-        """Minimize from ``x`` (checked by the caller); fills and returns ``result`` (a fresh SolveResult)."""
+    def run(self, x, max_iterations: int, tolerance: float, gtol: float, energy_tolerance: float, callback, result):
+        """Minimize from ``x`` (checked by the caller); fills and returns ``result`` (a fresh SolveResult). The same
+        arguments as Newton's runner; ``tolerance`` is not used (first order has no decrement test)."""
         t_start = time.perf_counter()
         max_iterations = int(max_iterations)
         f64 = wp.float64
@@ -281,18 +282,8 @@ class FirstOrderLoopRunner(DeviceLoopBase):
         return result
 
     def _fill(self, result, record: np.ndarray, stopped_by_callback: bool) -> None:
-        state = record[: k.STATE_SIZE]
-        history = record[_WIDTH:].reshape(-1, _WIDTH)
-        last = int(state[k.IT])
-        result.energies = [float(v) for v in history[: last + 1, k.H_ENERGY]]
-        for row in history[: last + 1]:
-            if row[k.H_HAS_GNORM]:
-                result.gradient_norms.append(float(row[k.H_GNORM]))
-            if row[k.H_HAS_DIRECTION] and row[k.H_FALLBACK]:
+        def direction(row) -> None:  # first order: only a fallback to book
+            if row[k.H_FALLBACK]:
                 result.record_fallback(k.FALLBACKS[int(row[k.H_FALLBACK])])
-            if row[k.H_HAS_STEP]:
-                result.step_sizes.append(float(row[k.H_ALPHA]))
-                result.line_search_tries.append(int(row[k.H_TRIES]))
-        result.iterations = int(state[k.ITERATIONS])
-        result.reason = "callback" if stopped_by_callback else k.REASONS.get(int(state[k.STATUS]), "max_iterations")
-        result.converged = result.reason in k.CONVERGED
+
+        self._fill_from(result, record, stopped_by_callback, direction)

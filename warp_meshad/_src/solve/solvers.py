@@ -322,8 +322,6 @@ class _Driver:
             backend = getattr(self, "linear_solver", None)
             result = SolveResult(x=x, linear_solver=getattr(backend, "name", None),
                                  cudss_skipped_reason=getattr(backend, "cudss_skipped_reason", None))
-            if backend is None:  # first order: no decrement test
-                return self._device_loop.run(x, max_iterations, gtol, energy_tolerance, callback, result)
             return self._device_loop.run(x, max_iterations, tolerance, gtol, energy_tolerance, callback, result)
         t_start = self._now()
         self._alloc("x", "trial", "g", "d")
