@@ -296,27 +296,19 @@ def check_nondegenerate(source: str, vertices, faces=None, edges=None, tets=None
             measure, and what was expected.
     """
     why = f" ({needs})" if needs else ""
-    if faces is not None:
-        bad, areas = degenerate_triangles(vertices, faces)
+    # (elements, test, what they are, one of them, what is wrong, its measure, what was expected)
+    kinds = (
+        (faces, degenerate_triangles, "faces", "face", "have zero area", "area", "triangles of positive area"),
+        (edges, short_edges, "edges", "edge", "have zero length", "length",
+         "distinct positions at the two ends of every edge"),
+        (tets, degenerate_tets, "tets", "tet", "are degenerate", "volume", "tets of nonzero volume"),
+    )
+    for elements, test, plural, one, wrong, measure, expected in kinds:
+        if elements is None:
+            continue
+        bad, values = test(vertices, elements)
         if bad.any():
             idx = np.flatnonzero(bad)
             b = idx[0]
-            raise MeshError(f"{source}: faces {first_items(idx)} have zero area (face {b} = "
-                            f"{np.asarray(faces)[b].tolist()}, area {areas[b]:.3g}); expected triangles of positive "
-                            f"area{why}")
-    if edges is not None:
-        bad, lengths = short_edges(vertices, edges)
-        if bad.any():
-            idx = np.flatnonzero(bad)
-            b = idx[0]
-            raise MeshError(f"{source}: edges {first_items(idx)} have zero length (edge {b} = "
-                            f"{np.asarray(edges)[b].tolist()}, length {lengths[b]:.3g}); expected distinct positions "
-                            f"at the two ends of every edge{why}")
-    if tets is not None:
-        bad, volumes = degenerate_tets(vertices, tets)
-        if bad.any():
-            idx = np.flatnonzero(bad)
-            b = idx[0]
-            raise MeshError(f"{source}: tets {first_items(idx)} are degenerate (tet {b} = "
-                            f"{np.asarray(tets)[b].tolist()}, volume {volumes[b]:.3g}); expected tets of nonzero "
-                            f"volume{why}")
+            raise MeshError(f"{source}: {plural} {first_items(idx)} {wrong} ({one} {b} = "
+                            f"{np.asarray(elements)[b].tolist()}, {measure} {values[b]:.3g}); expected {expected}{why}")
