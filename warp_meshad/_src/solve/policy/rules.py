@@ -98,7 +98,7 @@ def first_trial_step(max_step, bound=None) -> np.ndarray:
     if bound is None:
         return alpha
     bound = _f64(bound)
-    return np.where(bound > 0.0, np.minimum(alpha, np.where(bound > 0.0, bound, 0.0)), 0.0)
+    return np.where(bound > 0.0, np.minimum(alpha, bound), 0.0)
 
 
 def armijo_accepts(f_trial, f0, alpha, directional_derivative, c: float) -> np.ndarray:
