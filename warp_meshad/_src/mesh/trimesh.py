@@ -2,7 +2,7 @@
 
 `TriMesh` holds an oriented, edge-manifold triangle mesh as numpy arrays and derives, once, every
 connectivity array the toolkit's terms use as element stencils (`faces`, `edges`, `edge_diamonds`,
-`edge_faces`, `vertex_indices`) plus boundary information and rest-shape helpers (edge lengths,
+`edge_faces`, `vertex_indices`, `vertex_one_rings`) plus boundary information and rest-shape helpers (edge lengths,
 areas, normals, per-face 2D rest frames ``Dm``).
 
 Everything here is pure numpy/scipy on the host and vectorised (meshes of millions of faces);
@@ -36,6 +36,7 @@ from warp_meshad._src.mesh.checks import (
 )
 from warp_meshad._src.mesh.content_cache import cached, is_enabled
 from warp_meshad._src.mesh.files import TRIANGLE_WRITERS, atomic_write, read_obj, read_with_trimesh
+from warp_meshad._src.mesh.one_rings import OneRings, build_one_rings
 from warp_meshad._src.mesh.sorting import sorted_groups
 from warp_meshad._src.mesh.vertex_mesh import VertexMesh
 from warp_meshad._src.plural import plural
@@ -371,6 +372,38 @@ class TriMesh(VertexMesh):
         ``(v0, v1, a)`` and ``(v1, v0, b)`` up to rotation.
         """
         return self._edge_diamonds
+
+    def vertex_one_rings(self) -> OneRings:
+        """Each vertex's one-ring (its neighbours, counter-clockwise), padded with the vertex itself to one width.
+
+        The stencil of variable-valence terms: ``rings.elements`` (vertex_count, 1 + R) holds each vertex and its
+        ring, the ring padded with the centre vertex beyond ``rings.valence[i]`` (R = the largest valence), ready for
+        :meth:`~warp_meshad.Problem.add_term`; ``rings.by_valence()`` groups the vertices for one term per valence.
+        Interior rings are closed and start at their smallest neighbour; boundary rings are open and run from the
+        neighbour across the outgoing boundary edge to the one across the incoming one (see :class:`OneRings`).
+        Computed once (vectorised over the half-edges) and cached.
+
+        Example, the uniform Laplacian energy ``sum_i |sum_k (x_k - x_i)|^2`` of scalar variables: the padded
+        slots add ``x_i - x_i = 0``::
+
+            rings = mesh.vertex_one_rings()           # here with max_valence 6
+
+            @wp.func
+            def laplacian(e: int, xc: Any, x0: Any, x1: Any, x2: Any, x3: Any, x4: Any, x5: Any):
+                d = (x0 - xc) + (x1 - xc) + (x2 - xc) + (x3 - xc) + (x4 - xc) + (x5 - xc)
+                return d * d
+
+            problem.add_term(elements=rings.elements, energy=laplacian)
+
+        Returns:
+            :class:`OneRings`: ``ring`` and ``faces`` int32 (vertex_count, max_valence), ``valence`` int32
+            (vertex_count,), read-only.
+        """
+        return self._one_rings
+
+    @functools.cached_property
+    def _one_rings(self) -> OneRings:
+        return build_one_rings(self._faces, self._halfedge_twin, self.vertex_count)
 
     @functools.cached_property
     def boundary_vertices(self) -> np.ndarray:
