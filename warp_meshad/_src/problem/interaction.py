@@ -38,9 +38,12 @@ import warp as wp
 import warp.sparse as wps
 
 from warp_meshad._src.codegen.warp_compat import set_matrix_pattern_version
+# pair_keys lives with the pattern build that also launches it: a problem without interaction terms compiles
+# the pattern's module only, never this one
+from warp_meshad._src.problem.pattern_device import pair_keys
 from warp_meshad._src.problem.variables import check_elements
 
-__all__ = ["InteractionElements", "InteractionPattern", "check_interaction", "pair_keys", "set_interaction_elements"]
+__all__ = ["InteractionElements", "InteractionPattern", "check_interaction", "set_interaction_elements"]
 
 _INT64_MAX = np.iinfo(np.int64).max
 _LOW32 = 4294967296
@@ -66,25 +69,6 @@ def _copy_checked(
         wp.atomic_min(bad, 0, flat * _SHIFT32 + wp.int64(wp.uint32(i)))
         wp.atomic_add(bad, 1, wp.int64(1))
     dst[e, a] = wp.where(ok, i, 0)
-
-
-@wp.kernel(enable_backward=False)
-def pair_keys(
-    elements: wp.array2d(dtype=wp.int32),
-    n: wp.int64,
-    key_base: int,
-    slot_base: int,
-    keys: wp.array(dtype=wp.int64),
-    places: wp.array(dtype=wp.int32),
-):
-    # key of pair (a, b) of element e, and where its slot goes
-    e, ab = wp.tid()
-    v = elements.shape[1]
-    a = ab // v
-    b = ab - a * v
-    local = e * v * v + ab
-    keys[key_base + local] = wp.int64(elements[e, a]) * n + wp.int64(elements[e, b])
-    places[key_base + local] = slot_base + local
 
 
 @wp.func

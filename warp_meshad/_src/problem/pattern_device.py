@@ -12,10 +12,28 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from warp_meshad._src.problem.interaction import pair_keys
 from warp_meshad._src.problem.pattern import HessianPattern
 
-__all__ = ["build_hessian_pattern_device"]
+__all__ = ["build_hessian_pattern_device", "pair_keys"]
+
+
+@wp.kernel(enable_backward=False)
+def pair_keys(
+    elements: wp.array2d(dtype=wp.int32),
+    n: wp.int64,
+    key_base: int,
+    slot_base: int,
+    keys: wp.array(dtype=wp.int64),
+    places: wp.array(dtype=wp.int32),
+):
+    # key of pair (a, b) of element e, and where its slot goes
+    e, ab = wp.tid()
+    v = elements.shape[1]
+    a = ab // v
+    b = ab - a * v
+    local = e * v * v + ab
+    keys[key_base + local] = wp.int64(elements[e, a]) * n + wp.int64(elements[e, b])
+    places[key_base + local] = slot_base + local
 
 
 @wp.kernel(enable_backward=False)
