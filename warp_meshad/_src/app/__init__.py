@@ -4,6 +4,7 @@
   name the file and the key;
 - ``loader``: reading a config from YAML, its ``test:`` block, ``--set`` pairs and flags;
 - ``base``: the :class:`App` base class every app derives from, and the choice of device;
+- ``warp_init``: Warp's initialisation, without its CUDA-driver warning where no CUDA device was asked for;
 - ``registry``: the apps :mod:`warp_meshad.apps` declares and the configs :mod:`warp_meshad.configs` ships;
 - ``history``: :class:`StepHistory`, an app's step records in bounded memory;
 - ``runner``: :func:`run_app` and :func:`warmup_app`;

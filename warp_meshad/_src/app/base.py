@@ -48,6 +48,9 @@ class BatchStepParts:
 def resolve_device(name: str | None, where: str = "device") -> tuple[str, str]:
     """The Warp device to use and why: ``name`` if given, else the first CUDA device if any, else the CPU.
 
+    Initialises Warp where it is not yet, without Warp's "Could not find or load the NVIDIA CUDA driver" line unless
+    ``name`` is a CUDA device (see :func:`~warp_meshad._src.app.warp_init.init_warp`).
+
     Args:
         name: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None.
         where: the file or flag ``name`` came from, named in the error.
@@ -57,6 +60,9 @@ def resolve_device(name: str | None, where: str = "device") -> tuple[str, str]:
     """
     import warp as wp
 
+    from warp_meshad._src.app.warp_init import init_warp
+
+    init_warp(name)  # without Warp's CUDA-driver warning unless a CUDA device was asked for
     count = wp.get_cuda_device_count()
     if name is None:
         if count > 0:
