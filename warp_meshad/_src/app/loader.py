@@ -24,7 +24,7 @@ from warp_meshad._src.app.config import (
     key_origin,
     shown,
 )
-from warp_meshad._src.app.registry import app_class, available_apps, configs_root
+from warp_meshad._src.app.registry import app_class, available_apps, available_configs, close_scenes, configs_root
 
 __all__ = ["MAX_EXPANDED_VALUES", "load_config", "parse_set"]
 
@@ -157,8 +157,23 @@ def _resolve_config_path(path) -> pathlib.Path:
     for candidate in (configs_root() / p, configs_root() / f"{p}.yaml", p.with_suffix(".yaml")):
         if candidate.is_file():
             return candidate
-    raise ConfigError(str(p), None, "config file not found (give a path, or a name like 'cloth/hanging'; "
-                                    "'warp-meshad list' shows them)")
+    raise ConfigError(str(p), None, f"config file not found{_did_you_mean(str(path))} (give a path, or a name like "
+                                    "'cloth/hanging'; 'warp-meshad list' shows them)")
+
+
+def _did_you_mean(name: str) -> str:
+    """``"; did you mean 'a' or 'b'?"`` naming the closest shipped configs, else the scenes of the app ``name``
+    starts with, else ``""``."""
+    close = close_scenes(name)
+    if close:
+        quoted = [f"'{c}'" for c in close]
+        listed = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+        return f"; did you mean {listed}?"
+    app = name.replace("\\", "/").split("/", 1)[0]
+    files = available_configs().get(app)
+    if files and "/" in name:
+        return f"; app '{app}' has the scenes {', '.join(f.stem for f in files)}"
+    return ""
 
 
 def load_config(path, overrides: dict | None = None, test: bool = False, flags: dict | None = None) -> AppConfig:

@@ -15,7 +15,8 @@ import pathlib
 from warp_meshad._src.app.base import App
 from warp_meshad._src.app.config import ConfigError
 
-__all__ = ["DEFAULT_CONFIG", "app_class", "available_apps", "available_configs", "configs_root"]
+__all__ = ["DEFAULT_CONFIG", "app_class", "available_apps", "available_configs", "close_scenes", "configs_root",
+           "scene_names"]
 
 DEFAULT_CONFIG = "cloth/hanging"
 
@@ -41,6 +42,40 @@ def available_configs() -> dict[str, list[pathlib.Path]]:
         if files:
             out[folder.name] = files
     return out
+
+
+def scene_names() -> list[str]:
+    """The shipped configs' names as the command line takes them (``"<app>/<scene>"``: ``"cloth/hanging"``), sorted."""
+    return sorted(f"{app}/{f.stem}" for app, files in available_configs().items() for f in files)
+
+
+def close_scenes(name: str, n: int = 3) -> list[str]:
+    """The shipped config names closest to ``name`` (a misspelt ``"<app>/<scene>"``, a scene under the wrong app, or a
+    scene without its app), for a did-you-mean.
+
+    The scene part of ``name`` (after its last ``/``, without a ``.yaml`` / ``.yml`` suffix) is compared with every
+    shipped scene (``difflib`` ratio >= 0.6); the closest come first, and among equally close ones those of the app
+    ``name`` names.
+
+    Args:
+        name: the name that was not found.
+        n: at most this many names.
+
+    Returns:
+        ``"<app>/<scene>"`` names, closest first; empty when none is close.
+    """
+    text = str(name).replace("\\", "/").strip("/")
+    for suffix in (".yaml", ".yml"):
+        if text.endswith(suffix):
+            text = text[: -len(suffix)]
+    app, _, scene = text.rpartition("/")
+    scored = []
+    for full in scene_names():
+        full_app, full_scene = full.split("/", 1)
+        ratio = difflib.SequenceMatcher(None, scene, full_scene).ratio()
+        if ratio >= 0.6:
+            scored.append((-ratio, full_app != app, full))
+    return [full for *_, full in sorted(scored)[:n]]
 
 
 def app_class(name: str, where: str = "app") -> type[App]:
