@@ -99,7 +99,7 @@ class ElasticConfig(AppConfig):
             Newton direction from the factorization that solve ended with (``NewtonSolver(keep_start_factors=...)``:
             the inertia target and gravity do not enter the Hessian), saving one factorization per step after the
             first; the same iterates. Default true: bunny's 40 steps on an H200 took a median 0.379 s with it and
-            0.397 s without (benchmarks/README.md, session 15).
+            0.397 s without (benchmarks/README.md, "The apps as a user runs them").
     """
 
     device_loop_supported: ClassVar[bool] = True

@@ -62,9 +62,9 @@ class ParamConfig(AppConfig):
         pin_vertex: Newton: this vertex keeps its start uv; null (the default): no pin. The energy does not see
             translations, so without a pin the projected Hessian is singular along them (its clamped eigenvalues
             ~projection_eps) and cuDSS factorizes by LU; one pin removes that gauge (the same minimum and
-            iteration count on the CPU) and cuDSS then factorizes by Cholesky. Not the default: on the H200 3 of
-            34 pinned param/armadillo runs in the captured device loop stopped early at a wrong point (sessions
-            11-12; two of them at the same E/A 4.144334), none of 14 unpinned ones (benchmarks/README.md).
+            iteration count on the CPU) and cuDSS then factorizes by Cholesky. Not the default: in the captured
+            device loop on an H200, 3 of 34 pinned param/armadillo runs stopped early at a wrong point (two of them
+            at the same E/A 4.144334) and none of 14 unpinned ones; why is not known.
         hessian_shift: Newton: ``sigma >= 0`` added to the projected Hessian's diagonal
             (``NewtonSolver(hessian_shift=...)``): the translations then have eigenvalues ~sigma instead of
             ~projection_eps, so cuDSS can factor by Cholesky without a pin; the minimum is the same. 0 (the
