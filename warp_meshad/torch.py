@@ -18,7 +18,18 @@
 Tensors are handed to Warp without a copy (``wp.from_torch``: the Warp array aliases the tensor's memory), so
 ``x`` must already have the problem's shape, dtype and device and be contiguous; anything else raises. Outputs are
 fresh tensors (the problem's own buffers are overwritten by its next evaluation). Importing this module imports
-torch (the ``torch`` extra: ``pip install 'warp-meshad[torch]'``); importing :mod:`warp_meshad` does not.
+torch (the ``torch`` extra); importing :mod:`warp_meshad` does not.
+
+Installing torch:
+
+- with a GPU: ``pip install -e ".[torch]"`` (PyPI's torch for Linux comes with its CUDA libraries, several GB);
+- on a CPU-only machine, the CPU wheel first, then the extra, which keeps it (``+cpu`` builds satisfy
+  ``torch>=2.0``)::
+
+      pip install torch --index-url https://download.pytorch.org/whl/cpu
+      pip install -e ".[torch]"
+
+  (about 0.75 GB installed instead of several GB). ``torch.__version__`` then ends in ``+cpu``.
 """
 
 from warp_meshad._src.interop.torch_bridge import energy, gradient, minimize
