@@ -1,4 +1,4 @@
-"""The layout's promises: apps and examples use only public modules, benchmarks only a listed set of private names,
+"""The layout's promises: apps and examples use only public modules, benchmarks and tools/ only listed private names,
 importing warp_meshad stays light, no module import cycle exists (every module imports first in a fresh process, in
 sorted and in reversed order), and no private member of a solver class is used outside its module."""
 
@@ -13,13 +13,13 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-# the private names benchmarks may import: tuning knobs and internals they measure (module -> names)
+# the private names benchmarks and tools/ may import: tuning knobs and internals they measure (module -> names)
 BENCHMARK_PRIVATE = {
-    # aot_cuda: the unrolled-projection choice as on CUDA; first_call: times the code-gen steps it wraps
+    # tools/gpu/aot_cuda: the unrolled-projection choice as on CUDA; first_call: times the code-gen steps it wraps
     "warp_meshad._src.codegen": {"kernel_cache", "energy_rewrite", "kernel_source", "warp_compat"},
     "warp_meshad._src.problem": {"tiled", "assembly", "terms"},  # kernel_resources: tile sizes; first_call: wraps
     "warp_meshad._src.codegen.kernel_cache": {"TileVariant", "term_kernel"},  # kernel_resources: registers per kernel
-    "warp_meshad._src.codegen.warp_compat": {"install_module_hooks"},  # aot_cuda: compiles each module for sm_XX
+    "warp_meshad._src.codegen.warp_compat": {"install_module_hooks"},  # tools/gpu/aot_cuda: each module for sm_XX
     "warp_meshad._src.problem.reduce": {"ordered_total", "partial_count"},  # the deterministic reduction
     # newton_step: the Dirichlet rows and the step scaling around the driver's timed iteration
     "warp_meshad._src.solve.constraints": {"apply_dirichlet", "fixed_mask_from_indices"},
@@ -62,7 +62,7 @@ def test_apps_and_examples_import_only_public_modules(folder):
 
 def test_benchmarks_import_only_listed_private_names():
     bad = []
-    for p in sorted((ROOT / "benchmarks").glob("*.py")):
+    for p in [*sorted((ROOT / "benchmarks").glob("*.py")), *sorted((ROOT / "tools").rglob("*.py"))]:
         for module, name in _private_imports(p):
             if name not in BENCHMARK_PRIVATE.get(module, ()):
                 bad.append(f"{p.relative_to(ROOT)}: {module} {name}".rstrip())

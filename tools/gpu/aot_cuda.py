@@ -1,13 +1,13 @@
 """Compile, on a machine without a GPU, the CUDA kernels a command will need on the lent H200.
 
-    WARP_CACHE_PATH=/tmp/aot python -m benchmarks.aot_cuda benchmarks.shells_pile --device cpu --steps 1 \\
+    WARP_CACHE_PATH=/tmp/aot python -m tools.gpu.aot_cuda benchmarks.shells_pile --device cpu --steps 1 \\
         --set layout=[2,1,1] gap=1e-4 linear_solver=cg
-    WARP_CACHE_PATH=/tmp/aot python -m benchmarks.aot_cuda pytest -q tests/test_duals.py
+    WARP_CACHE_PATH=/tmp/aot python -m tools.gpu.aot_cuda pytest -q tests/test_duals.py
 
 Runs the given Python module (``pytest`` included) in this process on the CPU. Every Warp module it loads is also
 compiled with Warp's NVRTC for ``--arch`` (default 90, as CUBIN: the H200's driver, CUDA 13.0, is older than the
 NVRTC of warp-lang 1.19, so Warp loads CUBIN there) into ``$WARP_CACHE_PATH``. Packed into
-``.gpu/warpcache.tar.xz`` (``--pack``), ``gpu_session.sh`` unpacks it as the GPU host's kernel cache, and kernels
+``.gpu/warpcache.tar.xz`` (``--pack``), ``tools/gpu/remote.sh`` unpacks it as the GPU host's kernel cache, and kernels
 whose source and options match load there without compiling (NVRTC compiles of the float64 shells kernels took
 about 150 s of device time). Kernel choices that depend on the device are made as on CUDA (the unrolled PSD
 projection up to k = 12). A module the GPU run builds differently (another block size, for instance: tiled kernels

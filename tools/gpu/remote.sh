@@ -1,34 +1,34 @@
 #!/usr/bin/env bash
-# Run on the lent GPU host (see README "GPU runs"): unpack the carried Warp/cuDSS bundle once, then
-# run one stage: `tests`, `pile` (spot_pile, resumable), `bench` (mass-spring), `cache`, `bench19`, `bench20`, `apps19`,
-# `apps_loops`, `analyses`, `newton_tet`, `gc`, `keep`, `symmetric`, `pack <stage> ...` (one archive of the stage's files), or any command after `--`.
+# Run on the lent GPU host (tools/gpu/README.md): gather the carried parts of the wheel bundle, install it once into
+# /tmp/site, then run one stage:
+#   receive (gather only: the transfer calls), tests, tests_pile, pile (spot_pile, resumable), bench (mass-spring),
+#   cache, bench19, bench20, factorizations, apps19, apps_loops, gc, keep, symmetric, analyses, cudss_direct,
+#   newton_tet, pack <stage> ... (one archive of the stage's files), or any command after `--`.
+# The bundle (bash tools/gpu/bundle.sh) is .gpu/manifest.json, carried in every call, and .gpu/wheels.partNN, one
+# part a call; the parts gather in /tmp/gpu while the machine stays warm. GPU_PARTS and GPU_SITE move those two
+# folders (a rehearsal on another machine).
 set -u
-cd "$(dirname "$0")/.."
-# kernels compiled before: carried as .gpu/warpcache.tar.xz (or copied to /tmp/gpu/ by an earlier call), from this
-# host's `cache` stage of an earlier session or from `python -m benchmarks.aot_cuda` on a machine without a GPU
-for cache in .gpu/warpcache.tar.xz /tmp/gpu/warpcache.tar.xz; do
+cd "$(dirname "$0")/../.."
+parts=${GPU_PARTS:-/tmp/gpu} site=${GPU_SITE:-/tmp/site}
+stage=${1:-tests}
+shift || true
+wheels() { env -u PYTHONPATH -u PYTHONSAFEPATH python3 -m tools.gpu.wheels "$@"; }  # the host's own packages
+if [ -f .gpu/manifest.json ]; then
+  wheels receive .gpu "$parts" || exit 3
+elif [ ! -f "$parts/manifest.json" ]; then
+  echo "no .gpu/manifest.json carried and none received before: build the bundle with bash tools/gpu/bundle.sh" >&2
+  exit 3
+fi
+# kernels compiled before: carried as .gpu/warpcache.tar.xz (or copied to $parts by an earlier call), from this
+# host's `cache` stage on an earlier machine or from `python -m tools.gpu.aot_cuda` on a machine without a GPU
+for cache in .gpu/warpcache.tar.xz "$parts/warpcache.tar.xz"; do
   if [ -f "$cache" ] && [ ! -d /tmp/warpcache ]; then
     python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall('/tmp')" "$cache"
   fi
 done
-if [ ! -d /tmp/site/warp ]; then
-  mkdir -p /tmp/site
-  if ls /tmp/gpu/warp.part* >/dev/null 2>&1; then  # ../shared/tools/gpu_bundle.py: zip parts per wheel stem
-    for first in /tmp/gpu/*.part00; do  # warp, cudss, nvmath and the --extra wheels (pydantic, trimesh, ...)
-      stem=$(basename "$first" .part00)
-      cat /tmp/gpu/$stem.part* > /tmp/gpu/$stem.zip && python3 -m zipfile -e /tmp/gpu/$stem.zip /tmp/site || exit 3
-    done
-  else  # an xz archive of a whole site folder, in parts
-    cat /tmp/gpu/site.part* > /tmp/gpu/site.tar.xz &&
-    python3 -c "import tarfile; tarfile.open('/tmp/gpu/site.tar.xz').extractall('/tmp/site')" || exit 3
-  fi
-fi
-# zip drops the exec bits: Ray's own servers (gcs_server, raylet) need them back
-[ -d /tmp/site/ray ] && find /tmp/site/ray -type f \( -path "*core/src*" -o -path "*/bin/*" \) -exec chmod u+x {} +
-# pure-Python wheels the host lacks (trimesh): `pip download --no-deps -d .gpu/whl trimesh`
-for w in .gpu/whl/*.whl; do
-  [ -f "$w" ] && python3 -m zipfile -e "$w" /tmp/site
-done
+[ "$stage" = receive ] && exit 0
+# every wheel checked against the manifest's sha256; fallbacks only where the host's own version falls short
+wheels install "$parts" "$site" || exit $?
 # the package as pip's editable install maps it (pyproject package-dir: kernels/ -> warp_meshad.kernels, apps/ ->
 # warp_meshad.apps), without installing: a folder of links to this checkout
 rm -rf /tmp/pkg && mkdir -p /tmp/pkg/warp_meshad
@@ -36,19 +36,19 @@ for entry in "$PWD"/warp_meshad/*; do ln -s "$entry" /tmp/pkg/warp_meshad/; done
 ln -s "$PWD/kernels" /tmp/pkg/warp_meshad/kernels
 ln -s "$PWD/apps" /tmp/pkg/warp_meshad/apps
 [ -d "$PWD/warp_meshad/configs" ] || ln -s "$PWD/configs" /tmp/pkg/warp_meshad/configs
-export PYTHONPATH=/tmp/site:/tmp/pkg:$PWD PYTHONSAFEPATH=1  # safe path: python -m must not put the checkout (no kernels/ inside warp_meshad/) first
-export LD_LIBRARY_PATH=/tmp/site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}
+export PYTHONPATH=$site:/tmp/pkg:$PWD PYTHONSAFEPATH=1  # safe path: python -m must not put the checkout (no kernels/ inside warp_meshad/) first
+export LD_LIBRARY_PATH=$site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export WARP_CACHE_PATH=/tmp/warpcache WARP_MESHAD_CACHE_PATH=/tmp/warpcache/gen
 OUTDIR=${OUT:-/tmp/out}
 mkdir -p "$OUTDIR"
 run_tests() {
   # pytest-xdist (on the host's image) spreads the NVRTC compiles of the test kernels over the cores. Outcomes and
-  # failures are logged as they happen (benchmarks/pytest_outcomes.py), so a run cut short still reports what it did.
+  # failures are logged as they happen (tools/gpu/pytest_outcomes.py), so a run cut short still reports what it did.
   local xdist=()
   python3 -c "import xdist" 2>/dev/null && xdist=(-n "${WORKERS:-14}")
   OUT="$OUTDIR" WARP_MESHAD_TEST_DEVICE=cuda:0 timeout "${TESTS_S:-540}" nice -n "${NICE:-0}" python3 -m pytest -q -rs \
-    -p no:cacheprovider -p no:benchmark -p benchmarks.pytest_outcomes "${xdist[@]}" "$@" > "$OUTDIR/gpu_tests.log" 2>&1
+    -p no:cacheprovider -p no:benchmark -p tools.gpu.pytest_outcomes "${xdist[@]}" "$@" > "$OUTDIR/gpu_tests.log" 2>&1
 }
 merge_test_logs() {
   # one file each for the workers' outcomes and failures: only a few files come back from a call
@@ -62,8 +62,6 @@ merge_test_logs() {
   sort -k3 -t' ' -rn "$OUTDIR/outcomes.txt" 2>/dev/null | head -8
   grep -h "^E  .*Error" "$OUTDIR/fails.txt" 2>/dev/null | sort | uniq -c | sort -rn | head -20
 }
-stage=${1:-tests}
-shift || true
 case "$stage" in
   tests)
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUTDIR/gpu_info.txt"
@@ -86,7 +84,7 @@ case "$stage" in
     merge_test_logs
     ;;
   cache)
-    # the compiled kernels, to carry into the next session (saves the NVRTC compiles: minutes for the shells)
+    # the compiled kernels, to carry to a later machine (saves the NVRTC compiles: minutes for the shells)
     tar -cf - -C /tmp warpcache | xz -T8 -3 > "$OUTDIR/warpcache.tar.xz" && ls -la "$OUTDIR/warpcache.tar.xz"
     ;;
   pile)
@@ -118,7 +116,7 @@ case "$stage" in
     [ -d /tmp/patches ] || python3 benchmarks/make_dataset.py --out /tmp/patches --jobs 14 > "$OUTDIR/make_dataset.log" 2>&1
     tail -2 "$OUTDIR/make_dataset.log"
     # from /tmp: Ray puts the driver's folder first on its workers' path, and the checkout's warp_meshad/ lacks the
-    # kernels/ mapping of /tmp/pkg (session 9's Ray workers failed to import warp_meshad.kernels from there)
+    # kernels/ mapping of /tmp/pkg (Ray workers started from the checkout fail to import warp_meshad.kernels)
     (cd /tmp && BENCH_OUT="$OUTDIR" timeout "${BATCH_S:-330}" python3 -m benchmarks.batch_param --meshes /tmp/patches \
       --device cuda:0 --batch-sizes ${BATCH_SIZES:-200 50} --build-jobs ${BUILD_JOBS:-12} \
       --ray-workers ${RAY_WORKERS:-2 4} --runner-batch-size ${RUNNER_B:-50} ${EXTRA20:-}) > "$OUTDIR/batch_param_gpu.log" 2>&1
@@ -185,8 +183,8 @@ case "$stage" in
     done
     ;;
   gc)
-    # session 14: Python's generation-2 collections in the apps' first step, without and with gc.freeze() before the
-    # steps (what run_app does since), alternated, one process each; then cuSOLVER's dense Cholesky (CuPy only)
+    # Python's generation-2 collections in the apps' first step, without and with gc.freeze() before the
+    # steps (what run_app does), alternated, one process each; then cuSOLVER's dense Cholesky (CuPy only)
     for scene in ${GC_SCENES:-elastic/bunny param/bunny_cut param/armadillo}; do
       for flag in "" --gc-freeze "" --gc-freeze; do
         timeout 100 python3 -m benchmarks.first_step "$scene" --top 0 $flag > /tmp/fs.txt 2>&1
@@ -204,7 +202,7 @@ case "$stage" in
     echo "dense_cholesky rc $?"; cut -c1-300 "$OUTDIR/dense_cholesky.jsonl"
     ;;
   keep)
-    # session 15: elastic's keep_start_factors with the kept slot captured as its own graph (off / on alternated,
+    # elastic's keep_start_factors with the kept slot captured as its own graph (off / on alternated,
     # first_step then the app as a user runs it); then param with and without hessian_shift (Cholesky without a pin)
     for keep in false true false true; do
       timeout 100 python3 -m benchmarks.first_step elastic/bunny --top 0 --set keep_start_factors=$keep > /tmp/fs.txt 2>&1
@@ -222,7 +220,7 @@ case "$stage" in
     cut -c1-420 "$OUTDIR/keep.txt"
     ;;
   symmetric)
-    # session 15: cuDSS's symmetric indefinite LDL^T (matrix_type=symmetric) for param's unpinned projected Hessian,
+    # cuDSS's symmetric indefinite LDL^T (matrix_type=symmetric) for param's unpinned projected Hessian,
     # against the LU it gets now; first_step, captured loop, alternated after one warm-up run per scene
     for scene in ${SCENES:-param/armadillo param/bunny_cut}; do
       for linear in warmup general symmetric general symmetric general symmetric; do
@@ -235,14 +233,14 @@ case "$stage" in
     ;;
   pack)
     # a call returns at most 8 files from $OUT: run the given stage with its files in a scratch folder, then pack
-    # them into one archive (`bash benchmarks/gpu_session.sh pack bench20`)
+    # them into one archive (`bash tools/gpu/remote.sh pack bench20`)
     OUT=/tmp/pack_out bash "$0" "$@"
     echo "stage rc $?"
     tar -czf "$OUTDIR/pack.tgz" -C /tmp pack_out && ls -la "$OUTDIR/pack.tgz"
     ;;
   analyses)
     # issue 20: cuDSS's analyses of 50 patches one after the other, on one shared handle, then in thread pools (4
-    # threads crashed the process in session 10: the pools run last)
+    # threads once crashed the process: the pools run last)
     [ -d /tmp/patches ] || python3 benchmarks/make_dataset.py --out /tmp/patches --jobs 14 > "$OUTDIR/make_dataset.log" 2>&1
     timeout "${ANALYSES_S:-300}" python3 -m benchmarks.cudss_calls --patches /tmp/patches --threads ${THREADS:-4 8 16} \
       > "$OUTDIR/analyses.log" 2>&1
@@ -254,7 +252,7 @@ case "$stage" in
     echo "cudss_direct rc $?"; grep -v "^Module\|^Warp\|^   " "$OUTDIR/cudss_direct.log" | grep "^{" | cut -c1-1500
     ;;
   newton_tet)
-    # issue 19 item 3: the 1M-tet statics with cuDSS's options (session 9's log was lost to the 8-file limit)
+    # issue 19 item 3: the 1M-tet statics with cuDSS's options (its log in a file of its own: a call returns at most 8 files)
     BENCH_OUT="$OUTDIR" timeout "${TET_S:-540}" python3 -m benchmarks.newton_tet "$@" > "$OUTDIR/newton_tet.log" 2>&1
     echo "newton_tet rc $?"; grep -v "^Module\|^Warp" "$OUTDIR/newton_tet.log" | tail -40
     ;;

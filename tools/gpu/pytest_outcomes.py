@@ -1,6 +1,6 @@
 """pytest plugin for device runs: every test's outcome and duration, and each failure's traceback, are appended to
 files under ``$OUT`` as they happen, so a run stopped by a time limit still says what ran, what failed and what was
-slow (``-p benchmarks.pytest_outcomes``). With pytest-xdist the controller writes them (it receives every worker's
+slow (``-p tools.gpu.pytest_outcomes``). With pytest-xdist the controller writes them (it receives every worker's
 reports); the workers write nothing, so each test is listed once."""
 
 import os
