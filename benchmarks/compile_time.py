@@ -209,8 +209,9 @@ def child(case: str, device: str, order: str, projection: str, nvrtc_arch: int |
     if nvrtc_arch is not None:  # the kernels a CUDA device gets (the projection variant depends on it)
         from warp_meshad._src.codegen import kernel_cache
 
-        default = kernel_cache.unrolled_default
+        default, split = kernel_cache.unrolled_default, kernel_cache.split_default
         kernel_cache.unrolled_default = lambda k, cuda: default(k, cuda=True)
+        kernel_cache.split_default = lambda k, cuda: split(k, cuda=True)
     t_imported = time.perf_counter()
     phases = []
     nvrtc_key = f"nvrtc_sm{nvrtc_arch}_s"

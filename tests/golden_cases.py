@@ -37,6 +37,7 @@ SCALAR_MODES = ("probe", "energy", "gradient", "hessian", "hessian_proj", "hvp")
 RESIDUAL_MODES = ("probe", "energy", "residual", "jacobian", "gauss_newton", "gradient", "hessian")
 TILED_MODES = ("hessian", "hessian_proj")
 REDUCED_MODES = ("energy", "gradient")  # the energy summed per thread block (contract.KernelVariant.reduced)
+PROJECTION = "psd_scatter"  # the split projection's kernel (kernel_source.projection_source), not a mode
 
 # dual modules kept as full text (the rest by digest): one of each kind of generated code; the packed modules of
 # k = 3 and 12 show the projection's odd-even Jacobi steps for an odd and an even k
@@ -60,6 +61,7 @@ def kernel_cases():
                     variants.append(dict(reduced=True))
                 if mode == "hessian_proj":
                     variants.append(dict(deterministic=det, unrolled=True))
+                    variants.append(dict(deterministic=det, unrolled=True, split=True))
                 if mode in TILED_MODES and not res:
                     for store in ("number", "block"):
                         variants.append(dict(deterministic=det, tiled=True, tile_store=store))
@@ -68,6 +70,12 @@ def kernel_cases():
                 for v in variants:
                     tag = "_".join(k if val is True else f"{val}" for k, val in v.items() if val)
                     cases.append((f"{sname}.{mode}" + (f".{tag}" if tag else ""), sname, mode, v))
+    # the split projection's kernel of each shape with a projected mode (kernel_source.projection_source)
+    for sname, shape in [*SHAPES.items(), *((n, (*s, 0, 0)) for n, s in DEFORMATION.items())]:
+        if shape[4] == 0:
+            for det in (False, True):
+                cases.append((f"{sname}.psd_scatter" + (".deterministic" if det else ""), sname, PROJECTION,
+                              dict(deterministic=det)))
     # deformation terms with an analytic projection (contract.ANALYTIC_PROJECTION): listed last
     for sname in DEFORMATION:
         for det in (False, True):
@@ -82,14 +90,16 @@ def render_kernel(sname: str, mode: str, variant: dict) -> str:
     import warp as wp
 
     from warp_meshad._src.codegen.contract import deformation_shape
-    from warp_meshad._src.codegen.kernel_source import KernelSpec, kernel_source
+    from warp_meshad._src.codegen.kernel_source import KernelSpec, kernel_source, projection_source
 
     if sname in DEFORMATION:
         valence, dim, dtype, has_data = DEFORMATION[sname]
         spec = KernelSpec(valence, dim, getattr(wp, dtype), has_data, deformation=deformation_shape(valence, dim))
-        return kernel_source(spec, mode, "kernel", **variant)
-    valence, dim, dtype, has_data, rdim, pcount = SHAPES[sname]
-    spec = KernelSpec(valence, dim, getattr(wp, dtype), has_data, rdim, pcount)
+    else:
+        valence, dim, dtype, has_data, rdim, pcount = SHAPES[sname]
+        spec = KernelSpec(valence, dim, getattr(wp, dtype), has_data, rdim, pcount)
+    if mode == PROJECTION:
+        return projection_source(spec, "kernel", **variant)
     return kernel_source(spec, mode, "kernel", **variant)
 
 

@@ -169,8 +169,9 @@ DUAL_API: dict[str, DualName] = {
         DualName("unpack", ("hess",), "unpack(h: vecP) -> matK"),
         DualName("sym_mv", ("hess",), "sym_mv(h: vecP, v: vecK) -> vecK"),
         DualName("project_psd", ("hess",), "project_psd(h: matK, eps: S, absolute: int, n: int) -> matK"),
-        DualName("project_psd_unrolled", ("hess",), "project_psd_unrolled(h: vecP, eps: S, absolute: int) -> vecP",
-                 UNROLLED_PROJECTION),  # fmt: skip
+        # also called on the packed module itself, by the split projection's kernel (kernel_source.projection_source)
+        DualName("project_psd_unrolled", ("hess", "packed"),
+                 "project_psd_unrolled(h: vecP, eps: S, absolute: int) -> vecP", UNROLLED_PROJECTION),  # fmt: skip
     )
 }
 # names the rewritten energy takes from its namespace (plain or dual module), bound in its globals under the same
@@ -337,6 +338,11 @@ class KernelVariant:
         analytic: the projected mode of a deformation term with an analytic projection (see
             :data:`ANALYTIC_PROJECTION`): the energy on gradient duals, the local Hessian from the projection (never
             unrolled: there is no Jacobi iteration).
+        split: the projected mode's PSD projection in a kernel of its own (unrolled, untiled, not analytic): the term's
+            kernel writes the element's weighted local Hessian (its packed upper triangle, ``hloc[e]``) instead of
+            projecting and scattering it; the projection kernel of the term's shape (``kernel_source.
+            projection_source``: one per shape and scalar type, shared by every energy) projects and scatters it. The
+            two modules compile in parallel, and the projection's compile is paid once per shape, not per energy.
         reduced: the energy summed within the kernel (modes with :attr:`KernelMode.reducible`, not deterministic):
             launched with ``wp.launch_tiled``, thread ``lane`` of block ``p`` owns element ``p * block_dim + lane``
             (the kernel takes the element ``count``; lanes past it compute nothing into the outputs), the block's
@@ -353,6 +359,7 @@ class KernelVariant:
     launch_bounds: tuple[int, int] | None = None
     analytic: bool = False
     reduced: bool = False
+    split: bool = False
 
     @classmethod
     def of(
@@ -367,6 +374,7 @@ class KernelVariant:
         launch_bounds: tuple[int, int] | None = None,
         analytic: bool = False,
         reduced: bool = False,
+        split: bool = False,
     ) -> KernelVariant:
         """The variant of ``mode`` asked for, less what the mode (or the dual module's ``caps``) does not have.
 
@@ -379,16 +387,18 @@ class KernelVariant:
                              f"got mode {mode!r}")  # fmt: skip
         tiled = tile_cap > 0
         analytic = bool(analytic) and m.projected and m.deformation
+        unrolled = bool(unrolled) and m.projected and UNROLLED_PROJECTION in caps and not analytic
         return cls(
             mode,
             deterministic=bool(deterministic) and m.deterministic,
-            unrolled=bool(unrolled) and m.projected and UNROLLED_PROJECTION in caps and not analytic,
+            unrolled=unrolled,
             tile_cap=int(tile_cap),
             tile_row_cap=int(tile_row_cap) if tiled else 0,
             tile_store=tile_store if tiled else "number",
             launch_bounds=tuple(int(b) for b in launch_bounds) if tiled and launch_bounds else None,
             analytic=analytic,
             reduced=bool(reduced) and m.reducible and not deterministic,
+            split=bool(split) and unrolled and not tiled,
         )
 
     @property
@@ -406,13 +416,14 @@ class KernelVariant:
         """The part of the kernel and module names that tells the variant (``"_det_unrolled_tiled"``)."""
         return ("_det" if self.deterministic else "") + ("_unrolled" if self.unrolled else "") + (
             "_tiled" if self.tiled else "") + ("_analytic" if self.analytic else "") + (
-            "_reduced" if self.reduced else "")  # fmt: skip
+            "_reduced" if self.reduced else "") + ("_split" if self.split else "")  # fmt: skip
 
     def describe(self) -> list[str]:
         """The variant's choices in words, for messages (``["deterministic", "tiled"]``)."""
         return [w for w, on in (("deterministic", self.deterministic), ("unrolled", self.unrolled),
                                 ("tiled", self.tiled), ("analytic projection", self.analytic),
-                                ("energy reduced per block", self.reduced)) if on]  # fmt: skip
+                                ("energy reduced per block", self.reduced),
+                                ("projection in its own kernel", self.split)) if on]  # fmt: skip
 
 
 def mode_of(mode: str) -> KernelMode:

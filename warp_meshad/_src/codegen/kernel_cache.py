@@ -32,10 +32,10 @@ import warp as wp
 from warp_meshad.kernels import _dualgen
 
 from warp_meshad._src.codegen import module_keys
-from warp_meshad._src.codegen.contract import KernelVariant, capabilities, mode_of
+from warp_meshad._src.codegen.contract import UNROLLED_PROJECTION, KernelVariant, capabilities, mode_of
 from warp_meshad._src.codegen.energy_errors import raise_energy_error
 from warp_meshad._src.codegen.energy_rewrite import instantiate
-from warp_meshad._src.codegen.kernel_source import deformation_types, make_kernel
+from warp_meshad._src.codegen.kernel_source import deformation_types, make_kernel, make_projection_kernel
 from warp_meshad._src.codegen.module_loads import describe_module
 from warp_meshad._src.codegen.warp_compat import (
     complete_before_rehash,
@@ -49,11 +49,12 @@ from warp_meshad._src.codegen.warp_compat import (
 from warp_meshad._src.problem.variables import dtype_name
 
 __all__ = [
-    "KernelFacts", "TileVariant", "flush_records", "probe_return_type", "records_enabled", "term_kernel",
-    "unrolled_default",
+    "SPLIT_PROJECTION_MIN_K", "KernelFacts", "TileVariant", "flush_records", "probe_return_type", "projection_kernel",
+    "records_enabled", "split_default", "splits", "term_kernel", "unrolled_default",
 ]
 
 _KERNELS: dict = {}  # (energy id, variant, shape, data type, projection id) -> (wp.Kernel, energy, projection)
+_PROJECTIONS: dict = {}  # (valence, dim, dtype, F shape, deterministic) -> the split projection's wp.Kernel
 _MODULE_OWNERS: dict = {}  # Warp module name -> the _KERNELS key it was made for: one kernel per term module
 # The records of the warm first call (see the module docstring) are on unless this variable is "0" (or "false",
 # "no", "off"): then every term module takes Warp's normal path (energy rewrite, dual import, Warp's hashing).
@@ -83,6 +84,18 @@ def unrolled_default(k: int, cuda: bool) -> bool:
     return k <= (12 if cuda else 6)
 
 
+# the split projection by default from this many duals on (CUDA, unrolled projection): there its compile is seconds
+# (k = 9: ~1.4 s of a 4.6 s module, k = 12: ~6 s of 14.6 s; NVRTC for sm_90, benchmarks/README.md "Time to result"),
+# below it a fraction of a second that a second launch and the local Hessians' round trip would not repay
+SPLIT_PROJECTION_MIN_K = 9
+
+
+def split_default(k: int, cuda: bool) -> bool:
+    """Whether the PSD projection of an unrolled element of ``k`` duals runs in a kernel of its own by default (see
+    ``Problem.split_projection``): on CUDA from :data:`SPLIT_PROJECTION_MIN_K` duals on."""
+    return cuda and k >= SPLIT_PROJECTION_MIN_K
+
+
 @dataclass(frozen=True)
 class KernelFacts:
     """What a problem's term kernels depend on beyond the term and the mode.
@@ -96,6 +109,9 @@ class KernelFacts:
         unrolled_projection: ``Problem.unrolled_projection``: None picks per element size and device
             (:func:`unrolled_default`), True / False force the unrolled / loop PSD projection (unrolled up to k = 12).
         cuda: whether the kernels run on a CUDA device (the default projection choice depends on it).
+        split_projection: ``Problem.split_projection``: None picks per element size and device (:func:`split_default`),
+            True / False force the unrolled projection into a kernel of its own / into the term's kernel (only where
+            the projection is unrolled; see ``contract.KernelVariant.split``).
     """
 
     dtype: type
@@ -104,12 +120,22 @@ class KernelFacts:
     deterministic: bool = False
     unrolled_projection: bool | None = None
     cuda: bool = False
+    split_projection: bool | None = None
 
     def unrolled(self, k: int) -> bool:
         """Whether the PSD projection of an element of ``k`` variables is unrolled."""
         if self.unrolled_projection is not None:
             return bool(self.unrolled_projection) and k <= 12
         return unrolled_default(k, self.cuda)
+
+    def split(self, k: int) -> bool:
+        """Whether the unrolled PSD projection of an element of ``k`` duals runs in a kernel of its own (where the
+        variant can: see ``contract.KernelVariant.split``)."""
+        if not self.unrolled(k):
+            return False
+        if self.split_projection is not None:
+            return bool(self.split_projection)
+        return split_default(k, self.cuda)
 
 
 @dataclass(frozen=True)
@@ -184,7 +210,7 @@ def _instance(term, mode: str, module, facts: KernelFacts, dual: str | None = No
 
 
 def term_kernel(term, mode: str, facts: KernelFacts, tile: TileVariant | None = None,
-                reduced: bool = False) -> wp.Kernel:  # fmt: skip
+                reduced: bool = False, split: bool = False) -> wp.Kernel:  # fmt: skip
     """The kernel of one term and mode (built and cached on first use).
 
     Args:
@@ -194,9 +220,11 @@ def term_kernel(term, mode: str, facts: KernelFacts, tile: TileVariant | None = 
         tile: the tiled variant of a Hessian mode, or None for a thread per element with atomics.
         reduced: the variant that sums the energy per thread block (``contract.KernelVariant.reduced``), where the
             mode has it and ``facts`` are not deterministic; else each element's energy goes to its own slot.
+        split: the projected mode's term kernel of the split projection (``contract.KernelVariant.split``; where
+            :func:`splits` holds), which writes the local Hessians for :func:`projection_kernel`.
     """
     flush_records()
-    local = (mode, facts, tile, reduced)
+    local = (mode, facts, tile, reduced, split)
     kern = term.kernels.get(local)
     if kern is not None:
         return kern
@@ -204,7 +232,7 @@ def term_kernel(term, mode: str, facts: KernelFacts, tile: TileVariant | None = 
     variant = KernelVariant.of(
         mode, tile.rounds if tile else facts.deterministic, facts.unrolled(k), capabilities(mode_of(mode).dual, k),
         *((tile.cap, tile.row_cap, tile.store, tile.launch_bounds) if tile else ()),
-        analytic=term.projection is not None, reduced=reduced,
+        analytic=term.projection is not None, reduced=reduced, split=split,
     )  # fmt: skip
     projection = term.projection if variant.analytic else None
     kernel_key = (id(term.energy), variant, term.spec.signature(), term.data_type.key if term.data_type else "",
@@ -225,6 +253,37 @@ def term_kernel(term, mode: str, facts: KernelFacts, tile: TileVariant | None = 
         _KERNELS[kernel_key] = hit  # holding the energy keeps its id from being reused
     term.kernels[local] = hit[0]
     return hit[0]
+
+
+def splits(term, mode: str, facts: KernelFacts, tiled: bool) -> bool:
+    """Whether ``term``'s ``mode`` kernel is the split projection's pair (:func:`term_kernel` with ``split`` and
+    :func:`projection_kernel`): the projected mode, untiled, a static term (its element count fixed, so the local
+    Hessians have one place each), no analytic projection, the projection unrolled and split by ``facts``."""
+    if mode != "hessian_proj" or tiled or term.dynamic or term.projection is not None:
+        return False
+    k = term.spec.k
+    return facts.split(k) and UNROLLED_PROJECTION in capabilities("hess", k)
+
+
+def projection_kernel(term, facts: KernelFacts) -> wp.Kernel:
+    """The split projection's kernel for ``term``'s shape (``kernel_source.projection_source``), built on first use
+    and shared by every term and problem of that shape, scalar type and determinism, whatever the energy."""
+    spec = term.spec
+    key = (spec.valence, spec.dim, facts.dtype.__name__, spec.deformation, bool(facts.deterministic))
+    kern = _PROJECTIONS.get(key)
+    if kern is None:
+        packed = _dualgen.load(spec.k, facts.dtype, "packed")
+        fs = spec.deformation
+        shape = f"F{fs.dim}x{fs.cols}_" if fs is not None else ""
+        name = (f"wm_psd_scatter_{shape}v{spec.valence}d{spec.dim}_{facts.dtype.__name__}"
+                f"{'_det' if facts.deterministic else ''}")  # fmt: skip
+        module = wp.get_module(name)
+        module.options["enable_backward"] = False
+        kern = make_projection_kernel(spec, bool(facts.deterministic), packed, module)
+        describe_module(module.name, f"PSD projection of {spec.k} x {spec.k} element Hessians ({shape}valence "
+                                     f"{spec.valence}, {facts.dtype.__name__}), every energy of that shape")  # fmt: skip
+        _PROJECTIONS[key] = kern
+    return kern
 
 
 def probe_return_type(term, facts: KernelFacts, what: str, argname: str):

@@ -30,7 +30,7 @@ from warp_meshad._src.codegen.contract import (
     packed_index,
 )
 
-__all__ = ["KernelSpec", "deformation_types", "kernel_source", "make_kernel"]
+__all__ = ["KernelSpec", "deformation_types", "kernel_source", "make_kernel", "make_projection_kernel", "projection_source"]
 
 _XYZW = "xyzw"
 
@@ -85,8 +85,11 @@ class _Kernel:
     """
 
     def __init__(self, spec: KernelSpec, mode: KernelMode, deterministic: bool, unrolled: bool, tiled: bool,
-                 tile_store: str, analytic: bool = False, reduced: bool = False):  # fmt: skip
+                 tile_store: str, analytic: bool = False, reduced: bool = False, split: bool = False,
+                 projection: bool = False):  # fmt: skip
         self.spec, self.mode, self.unrolled, self.tile_store = spec, mode, unrolled, tile_store
+        # the term kernel of the split projection writes its local Hessian to ``hloc`` (contract.KernelVariant.split)
+        self.split = split and mode.projected and unrolled and not tiled
         self.analytic = analytic  # the deformation family's analytic projection (contract.ANALYTIC_PROJECTION)
         self.plain_f = ""  # F in plain numbers, as the analytic projection takes it (deformation kernels)
         self.n, self.d, self.k = spec.valence, spec.dim, spec.k
@@ -101,6 +104,11 @@ class _Kernel:
         # Gauss-Newton sum and the loop projection (which unpacks the dual's first)
         self.packed = mode.packed_hessian(unrolled)
         n, d = self.n, self.d
+        if projection:  # the split projection's kernel (projection_source): reads hloc, calls no energy
+            self.args = ["hloc: wp.array(dtype=_VecP)", "eps: _S", "absolute: int"]
+            self.body = ["e = wp.tid()"]
+            self.rest_columns()
+            return
         self.args = ["elements: wp.array2d(dtype=wp.int32)", "x: wp.array(dtype=_VarT)"]
         if spec.has_data:
             self.args.append("data: _DataT")
@@ -125,6 +133,9 @@ class _Kernel:
         rname = "rv" if self.res and spec.residual_dim > 1 and self.mode.squares_residual else "r"
         call_data = ", data" if spec.has_data else ""
         self.body.append(f"{rname} = _energy(e, {xs}{call_data})")
+
+    def rest_columns(self) -> None:
+        """What the Hessian blocks read beyond ``h`` in a kernel that calls no energy: nothing here."""
 
     def add(self, *lines: str) -> None:
         self.body.extend(lines)
@@ -252,6 +263,16 @@ class _DeformationKernel(_Kernel):
                 self.add(f"b0_{j} = -(" + " + ".join(f"b{a}_{j}" for a in range(1, n)) + ")")
         call_data = ", data" if self.spec.has_data else ""
         self.add(f"r = _energy(e, {', '.join(args)}{call_data})")
+
+    def rest_columns(self) -> None:
+        """``b{a}_{j}`` = dF[., j] / dx_a from the element's rest inverse (the projection kernel's chain rule)."""
+        n, c = self.n, self.spec.deformation.cols
+        self.args.append("rest_inverse: wp.array(dtype=_DinvT)")
+        self.add("dinv = rest_inverse[e]")
+        for j in range(c):
+            for a in range(1, n):
+                self.add(f"b{a}_{j} = dinv[{a - 1}, {j}]")
+            self.add(f"b0_{j} = -(" + " + ".join(f"b{a}_{j}" for a in range(1, n)) + ")")
 
     def vecblock(self, g: str, a: int) -> str:
         """Variable ``a``'s part of ``B^T g`` (``g`` a local k_F-vector: F's gradient, or H_F dF)."""
@@ -385,7 +406,7 @@ def _emit_derivatives(kt: _Kernel) -> None:
     else:
         for a in range(kt.n):
             kt.add(kt.scatter_vec("grad", a, kt.vecblock("g", a)))
-    if "hessian" in m.writes:
+    if "hessian" in m.writes and not kt.split:
         _scatter_hessian(kt)
 
 
@@ -410,7 +431,10 @@ def _local_dual(kt: _Kernel) -> None:
         square = "_D.sq(r)" if kt.spec.residual_dim == 1 else "_D.length_sq(rv)"
         kt.add(f"r = _D.mul({square}, _S(0.5))")
     kt.add(kt.scatter_energy("weight * r.v"), "g = r.g * weight")
-    if m.projected:
+    if kt.split:  # projected and scattered by the shape's projection kernel (projection_source)
+        kt.args.append("hloc: wp.array(dtype=_VecP)")
+        kt.add("hloc[e] = r.h * weight")
+    elif m.projected:
         kt.args += ["eps: _S", "absolute: int"]
         if kt.analytic:  # closed form on plain F (gradient duals: r has no Hessian), contract.ANALYTIC_PROJECTION
             call_data = ", data" if kt.spec.has_data else ""
@@ -468,6 +492,7 @@ def kernel_source(
     tile_store: str = "number",
     analytic: bool = False,
     reduced: bool = False,
+    split: bool = False,
 ) -> str:
     """Source text of the kernel ``name`` for ``mode`` (a key of :data:`~.contract.MODES`).
 
@@ -494,6 +519,10 @@ def kernel_source(
 
     With ``analytic`` (mode ``hessian_proj`` of a deformation term), the energy runs on gradient duals and the local
     Hessian is the term's analytic projection (``_projection``, see :data:`~.contract.ANALYTIC_PROJECTION`).
+
+    With ``split`` (mode ``hessian_proj``, ``unrolled``, not ``tiled``), the kernel writes the element's weighted local
+    Hessian (the dual's packed upper triangle) to ``hloc[e]`` and scatters no Hessian block; the kernel of
+    :func:`projection_source` projects and scatters it.
     """
     m = mode_of(mode)
     if spec.deformation is not None and not m.deformation:
@@ -504,8 +533,26 @@ def kernel_source(
                          f"not unrolled; got mode {mode!r}, unrolled={unrolled}, deformation term: "
                          f"{spec.deformation is not None}")  # fmt: skip
     kt = (_DeformationKernel if spec.deformation is not None else _Kernel)(spec, m, deterministic, unrolled, tiled,
-                                                                            tile_store, analytic, reduced)  # fmt: skip
+                                                                            tile_store, analytic, reduced, split)  # fmt: skip
     _EMITTERS[mode](kt)
+    return kt.text(name)
+
+
+def projection_source(spec: KernelSpec, name: str, deterministic: bool = False) -> str:
+    """Source text of the projection kernel of the split variant (:attr:`~.contract.KernelVariant.split`).
+
+    One thread per element: ``h = _D.project_psd_unrolled(hloc[e], eps, absolute)`` (``_D`` the packed module of
+    k = ``spec.k``), then the element's n x n blocks into the Hessian's values as the term kernel would scatter them
+    (float atomics at ``slots[e, a * n + b]``, or with ``deterministic`` the element's own places from ``offs[2]``),
+    a deformation term's through the chain rule with its ``rest_inverse``. The text depends on the term's shape and
+    scalar type only (``spec.has_data``, ``residual_dim`` and ``param_count`` do not enter it), so one kernel serves
+    every energy of that shape. Arguments: ``hloc, eps, absolute, [rest_inverse], slots, hvals, offs``.
+    """
+    m = mode_of("hessian_proj")
+    kt = (_DeformationKernel if spec.deformation is not None else _Kernel)(spec, m, deterministic, True, False, "number",
+                                                                            projection=True)  # fmt: skip
+    kt.add("h = _D.project_psd_unrolled(hloc[e], eps, absolute)")
+    _scatter_hessian(kt)
     return kt.text(name)
 
 
@@ -641,6 +688,7 @@ def make_kernel(spec: KernelSpec, variant: KernelVariant, energy_fn, ns, data_ty
         "_JBlockT": jblock_t,
         "_MixT": s if d == 1 else wp.types.matrix(shape=(d, 1), dtype=s),
         "_VecK": wp.types.vector(length=k, dtype=s),
+        "_VecP": wp.types.vector(length=k * (k + 1) // 2, dtype=s),
         "_MatK": wp.types.matrix(shape=(k, k), dtype=s),
         "_D": ns,
         "_DataT": data_type,
@@ -658,7 +706,7 @@ def make_kernel(spec: KernelSpec, variant: KernelVariant, energy_fn, ns, data_ty
 
     def source(name):
         return kernel_source(spec, v.mode, name, v.deterministic, v.unrolled, v.tiled, v.tile_store, v.analytic,
-                             v.reduced)
+                             v.reduced, v.split)
 
     tmp = source("kernel") + f"# cap {v.tile_cap}" + (f" rows {v.tile_row_cap}" if v.tile_row_cap else "")
     if v.analytic:  # two projections of one energy: two kernels
@@ -675,3 +723,30 @@ def make_kernel(spec: KernelSpec, variant: KernelVariant, energy_fn, ns, data_ty
     if v.launch_bounds:
         opts["launch_bounds"] = v.launch_bounds
     return wp.Kernel(func=pyfn, key=name, module=module, options=opts, source=src)
+
+
+def make_projection_kernel(spec: KernelSpec, deterministic: bool, packed, module) -> wp.Kernel:
+    """Compile-ready ``wp.Kernel`` of :func:`projection_source` in ``module``.
+
+    Args:
+        spec: the term's shape (only valence, dim, scalar and deformation are read).
+        deterministic: the deterministic problem's variant (the element's own places instead of atomics).
+        packed: the ``"packed"`` module of k = ``spec.k`` (``_dualgen.load(k, scalar, "packed")``).
+        module: the Warp module it goes to (one kernel per module).
+    """
+    s, d, k = spec.scalar, spec.dim, spec.k
+    scope = {
+        "wp": wp,
+        "_S": s,
+        "_BlockT": s if d == 1 else wp.types.matrix(shape=(d, d), dtype=s),
+        "_VecP": wp.types.vector(length=k * (k + 1) // 2, dtype=s),
+        "_D": packed,
+    }
+    if spec.deformation is not None:
+        c = spec.deformation.cols
+        scope["_DinvT"] = wp.types.matrix(shape=(c, c), dtype=s)
+    digest = hashlib.sha1(projection_source(spec, "kernel", deterministic).encode()).hexdigest()[:10]
+    name = f"wm_psd_scatter_{digest}"
+    src = projection_source(spec, name, deterministic)
+    exec(compile(src, f"<warp_meshad kernel {name}>", "exec", dont_inherit=True), scope)
+    return wp.Kernel(func=scope[name], key=name, module=module, options={"enable_backward": False}, source=src)

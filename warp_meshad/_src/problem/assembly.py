@@ -12,6 +12,12 @@ The deterministic mode, and a problem whose element energies are read afterwards
 write each element's energy to its own slot instead and sum them in a fixed order (two more launches), as the
 Hessian modes always do.
 
+A projected Hessian whose element projection is unrolled and split
+(:attr:`~warp_meshad._src.codegen.contract.KernelVariant.split`) takes two launches per term: the term's kernel
+writes each element's local Hessian to its place of ``Storage.local_hessians``, the projection kernel of the term's
+shape projects and scatters them. The first such call loads both modules together (``wp.force_load`` with a worker
+each: the compiles of a cold cache run in parallel).
+
 Every term launch is recorded once (``wp.launch(..., record_cmd=True)``) and replayed: only the arguments that
 changed since (another ``x``, a grown interaction buffer) are packed again, so a call costs little more on the host
 than the launches themselves.
@@ -24,7 +30,7 @@ import dataclasses
 import warp as wp
 
 from warp_meshad._src.codegen.energy_errors import raise_energy_error
-from warp_meshad._src.codegen.kernel_cache import KernelFacts, TileVariant, term_kernel
+from warp_meshad._src.codegen.kernel_cache import KernelFacts, TileVariant, projection_kernel, splits, term_kernel
 from warp_meshad._src.codegen.warp_compat import loaded_binary, module_hashed
 from warp_meshad._src.problem.storage import Storage
 from warp_meshad._src.problem.tiled import TileConfig, TilePlan, build_tile_plan, min_blocks
@@ -106,6 +112,11 @@ class Assembler:
         self.reduced_block_dim = None
         self._tiles = None  # (pattern, config, TilePlan or None)
         self._replays: dict = {}  # (term index, id(kernel)) -> _Replay
+        self._loaded: set = set()  # ids of the split projection's kernel pairs loaded together (see _load_together)
+
+    def set_split_projection(self, value) -> None:
+        """Set ``Problem.split_projection`` (kernels built later follow it)."""
+        self.facts = dataclasses.replace(self.facts, split_projection=value)
 
     def set_unrolled_projection(self, value) -> None:
         """Set ``Problem.unrolled_projection`` (kernels built later follow it)."""
@@ -127,10 +138,12 @@ class Assembler:
         mb = min_blocks(term.spec.k, self.facts.dtype, projected=mode == "hessian_proj", config=cfg)
         return TileVariant(plan.cap, plan.row_cap, plan.deterministic, cfg.store, (cfg.block_dim, mb) if mb else None)
 
-    def kernel(self, term, mode: str, plan: TilePlan | None = None, reduced: bool = False) -> wp.Kernel:
+    def kernel(self, term, mode: str, plan: TilePlan | None = None, reduced: bool = False,
+               split: bool = False) -> wp.Kernel:  # fmt: skip
         """The kernel of ``term`` in ``mode`` (the tiled variant for ``plan`` where given; the reduced one with
-        ``reduced``)."""
-        return term_kernel(term, mode, self.facts, self.tile_variant(term, mode, plan) if plan else None, reduced)
+        ``reduced``; the split projection's term kernel with ``split``)."""
+        tile = self.tile_variant(term, mode, plan) if plan else None
+        return term_kernel(term, mode, self.facts, tile, reduced, split)
 
     @property
     def reduces_energy(self) -> bool:
@@ -159,18 +172,46 @@ class Assembler:
             inputs.append(self.storage.layout.offsets[term.index])
         return inputs
 
-    def launch(self, term, mode: str, extra: list, reduced: bool = False) -> None:
+    def launch(self, term, mode: str, extra: list, reduced: bool = False, split: bool = False) -> None:
         """One thread per element of ``term``; ``reduced``: the reduced kernel, a thread block per
-        :meth:`reduced_block` consecutive elements."""
+        :meth:`reduced_block` consecutive elements; ``split``: the split projection's term kernel."""
         if not term.count:
             return
-        kern = self.kernel(term, mode, reduced=reduced)
+        kern = self.kernel(term, mode, reduced=reduced, split=split)
         inputs = self.inputs(term, mode, extra, reduced)
         if reduced:
             block = self.reduced_block()
             self._run(term, mode, kern, (term.count + block - 1) // block, inputs, block)
         else:
             self._run(term, mode, kern, term.count, inputs)
+
+    def launch_projection(self, term, hloc: wp.array, extra: list, h_out: wp.array) -> None:
+        """The split projection's kernel over ``term``'s local Hessians ``hloc`` (``extra``: eps, absolute)."""
+        if not term.count:
+            return
+        inputs = [hloc, *extra]
+        if term.rest_inverse is not None:
+            inputs.append(term.rest_inverse)
+        inputs += [term.slots, h_out, self.storage.layout.offsets[term.index]]
+        self._run(term, "hessian_proj", projection_kernel(term, self.facts), term.count, inputs)
+
+    def _load_together(self, terms) -> None:
+        """Load the split projection's kernels of ``terms`` (term kernel and projection kernel each) before their
+        first launch, on a CUDA device in parallel (``wp.force_load``: a worker per module, so a cold cache compiles
+        them side by side; loaded or cached modules return at once). Once per set of kernels."""
+        kernels = []
+        for t in terms:
+            kernels += [self.kernel(t, "hessian_proj", split=True), projection_kernel(t, self.facts)]
+        key = tuple(id(k) for k in kernels)
+        if key in self._loaded or not self.device.is_cuda:
+            return
+        modules = list({id(k.module): k.module for k in kernels}.values())
+        try:
+            wp.force_load(self.device, modules=modules, max_workers=len(modules))
+        except Exception as exc:  # a compile error in the energy: reported at the user's line, as a launch does
+            raise_energy_error(exc, _does_not_compile(terms[0], "hessian_proj"))
+            raise
+        self._loaded.add(key)
 
     def launch_tiled(self, term, mode: str, plan: TilePlan, inputs: list) -> None:
         """One thread block per patch of ``plan``."""
@@ -283,9 +324,17 @@ class Assembler:
         g_out, h_out = (det.grad, det.hess) if det else (st.grad, st.hess.values)
         if plan is not None and self.facts.variable_dim > 1 and self.tile_config.store == "number":
             h_out = st.flat_hessian_values()
+        split = [t for t in self.terms if splits(t, mode, self.facts, plan is not None)]
+        if split:
+            self._load_together(split)
         for t in self.terms:
             m = mode if (mode != "gauss_newton" or t.residual) else "hessian"
             ex = list(extra) if m == "hessian_proj" else []
+            if t in split:
+                hloc = st.local_hessians(t)
+                self.launch(t, m, [x, lay.energy, g_out, hloc], split=True)
+                self.launch_projection(t, hloc, ex, h_out)
+                continue
             extra_m = [x, lay.energy, g_out, *ex, t.slots, h_out]
             if plan is not None:
                 self.launch_tiled(t, m, plan, self.inputs(t, m, extra_m))

@@ -141,7 +141,30 @@ class Problem:
 
     @unrolled_projection.setter
     def unrolled_projection(self, value: bool | None) -> None:
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f"Problem.unrolled_projection must be None, True or False, got {value!r}")
         self._assembler.set_unrolled_projection(value)
+
+    @property
+    def split_projection(self) -> bool | None:
+        """Whether the unrolled PSD projection of a projected Hessian runs in a kernel of its own.
+
+        Split, a term's kernel writes each element's local Hessian (k (k + 1) / 2 numbers) to a buffer and a
+        projection kernel of the term's shape (one per element kind and scalar type, shared by every energy)
+        projects and scatters it: the two compile in parallel on a cold kernel cache, and a second energy of the same
+        shape compiles only its own part. None (default) splits on GPUs from k = 9 duals on (tets, triangles in 3D,
+        deformation terms), where the projection is seconds of each module's compile; True / False force it where the
+        projection is unrolled (:attr:`unrolled_projection`) and the assembly untiled; interaction terms and analytic
+        projections are never split. Results equal the unsplit kernel's up to the compiler's contraction of the
+        weight multiply into the projection (bitwise on the CPU in the tests).
+        """
+        return self._assembler.facts.split_projection
+
+    @split_projection.setter
+    def split_projection(self, value: bool | None) -> None:
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f"Problem.split_projection must be None, True or False, got {value!r}")
+        self._assembler.set_split_projection(value)
 
     @property
     def tile_config(self) -> TileConfig:
@@ -254,7 +277,8 @@ class Problem:
 
         Raises:
             TypeError, ValueError: on a bad argument (an element kind without a deformation gradient, an energy
-            taking the wrong arguments, a ``rest_inverse`` of the wrong shape or dtype), naming it, before any launch.
+                taking the wrong arguments, a ``rest_inverse`` of the wrong shape or dtype), naming it, before any
+                launch.
         """
         return self._add(elements, energy, data, weight, name, residual=False, what="add_deformation_term",
                          rest_inverse=rest_inverse, projection=projection)  # fmt: skip

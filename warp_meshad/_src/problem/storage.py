@@ -113,10 +113,23 @@ class Storage:
         self.layout = None
         self.det = None
         self.params = None
+        self._hloc: dict = {}  # term index -> its elements' local Hessians (the split projection)
 
     def reset(self):
         """Forget everything built from the terms (a term was added)."""
         self.params = self.pattern = self.jpattern = self.det = self.layout = None
+        self._hloc = {}
+
+    def local_hessians(self, term) -> wp.array:
+        """The buffer of ``term``'s element Hessians for the split projection (``contract.KernelVariant.split``):
+        ``wp.array [count]`` of the packed upper triangles (``vector(k (k + 1) / 2, dtype)``, k the term's duals),
+        made on first use and kept."""
+        buf = self._hloc.get(term.index)
+        if buf is None or buf.shape[0] != term.count:
+            k = term.spec.k
+            packed = wp.types.vector(length=k * (k + 1) // 2, dtype=self.dtype)
+            buf = self._hloc[term.index] = wp.empty(term.count, dtype=packed, device=self.device)
+        return buf
 
     def drop_layout(self):
         """Rebuild the layout on next use (an interaction term's capacity grew)."""
