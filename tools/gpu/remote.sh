@@ -36,6 +36,8 @@ for entry in "$PWD"/warp_meshad/*; do ln -s "$entry" /tmp/pkg/warp_meshad/; done
 ln -s "$PWD/kernels" /tmp/pkg/warp_meshad/kernels
 ln -s "$PWD/apps" /tmp/pkg/warp_meshad/apps
 [ -d "$PWD/warp_meshad/configs" ] || ln -s "$PWD/configs" /tmp/pkg/warp_meshad/configs
+# the checkout's bytecode, as an install writes it (once per tree: later calls find it)
+python3 -m compileall -q -j 0 warp_meshad kernels apps benchmarks tools tests >/dev/null 2>&1 || true
 export PYTHONPATH=$site:/tmp/pkg:$PWD PYTHONSAFEPATH=1  # safe path: python -m must not put the checkout (no kernels/ inside warp_meshad/) first
 export LD_LIBRARY_PATH=$site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false

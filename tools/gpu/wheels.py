@@ -302,9 +302,10 @@ def choose(manifest: dict, path: list[str] | None = None) -> tuple[list[dict], l
 
 
 def _pip_install(wheels: list[pathlib.Path], site: pathlib.Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                    "--no-cache-dir", "--disable-pip-version-check", "--target", str(site), *map(str, wheels)],
-                   check=True)
+    # bytecode compiled as a user's pip install does: a run imports .pyc files, not sources (where the environment
+    # sets PYTHONDONTWRITEBYTECODE, sources left uncompiled are compiled again by every process)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-cache-dir",
+                    "--disable-pip-version-check", "--target", str(site), *map(str, wheels)], check=True)
 
 
 def install(parts_dir: pathlib.Path, site: pathlib.Path, path: list[str] | None = None,
