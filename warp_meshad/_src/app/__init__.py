@@ -14,7 +14,8 @@
 - ``folder_lock``: one writer per output folder (:class:`FolderLock`, :class:`FolderBusy`);
 - ``interrupts``: SIGINT / SIGTERM as :class:`Interrupted` (what was finished, how to resume);
 - ``progress``: the progress bar (tqdm) and the messages on stderr;
-- ``viewer``: the Polyscope viewer and headless screenshots.
+- ``viewer``: the Polyscope viewer and headless screenshots;
+- ``native_output``: what Warp's and Polyscope's native code print, held back for the caller to filter.
 
 The layers import downwards only (config < history < base < registry < loader; interrupts < output_set;
 config < folder_lock; outputs < runner < batch); the apps import the public facade, and the registry imports an app

@@ -314,10 +314,13 @@ def run_app(config: AppConfig, quiet: bool = False, viewer: bool | None = None, 
         OutputWriteError: an output could not be written (a full disk, ...); none of this run's are left.
         Interrupted: SIGINT / SIGTERM (or Ctrl-C), saying how far the run came; no outputs written.
         AssertionError: ``check_final`` failed (after the outputs are written).
+        ViewerError: the viewer was asked for and its window cannot open (no display: before the app is built).
     """
     if log is None:
         log = stderr_log(quiet)
     phases = phases if phases is not None else RunPhases()
+    if config.viewer if viewer is None else viewer:
+        _viewer.check_display()  # before anything is built: no display, no run
     phases.begin("setup")
     t0 = time.perf_counter()
     out = check_output_folder(output_folder(config), config.origin("output"))

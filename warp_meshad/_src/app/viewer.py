@@ -33,9 +33,10 @@ import time
 import numpy as np
 
 from warp_meshad._src.app.child_process import stop_child
+from warp_meshad._src.app.native_output import captured_fds
 
-__all__ = ["ColorBar", "ScreenshotWorker", "ViewerController", "ViewerError", "add_colorbar", "colorbar_figure",
-           "first_colorbar", "screenshot", "show"]
+__all__ = ["ColorBar", "ScreenshotWorker", "ViewerController", "ViewerError", "add_colorbar", "check_display",
+           "colorbar_figure", "first_colorbar", "screenshot", "show"]
 
 MESH_NAME = "mesh"
 UV_CHECKER_NAME = "uv layout (checker)"  # the flat copies of the uv layout beside the surface
@@ -326,25 +327,62 @@ class ViewerController:
         self.tick()
 
 
+_NO_VIEWER_HINT = "run without --viewer (or with --headless) to get the outputs and a headless screenshot"
+
+
+def check_display() -> None:
+    """Raise :class:`ViewerError` where no window can open because there is no display to open it on (Linux and the
+    BSDs without ``DISPLAY`` or ``WAYLAND_DISPLAY``); elsewhere return (whether OpenGL starts is known only by trying,
+    in :func:`show`). Imports nothing, so a run that asked for the viewer can stop before it builds its app."""
+    if sys.platform in ("win32", "darwin"):
+        return
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        raise ViewerError(f"cannot open the viewer window: no display (neither DISPLAY nor WAYLAND_DISPLAY is set); "
+                          f"{_NO_VIEWER_HINT}")
+
+
+def _init_failure_reason(printed: str) -> str:
+    """The first reason Polyscope printed for a failed start, without its ``[polyscope]`` prefixes."""
+    for line in printed.splitlines():
+        if "GLFW emitted error:" in line:
+            return "GLFW: " + line.split("GLFW emitted error:", 1)[1].strip()
+    return "no Polyscope backend could start (no display or OpenGL here?)"
+
+
 def show(app, log=None, backend: str | None = None, frames: int | None = None) -> ViewerController:
     """Open the interactive viewer on ``app`` until the window closes.
+
+    Where the window cannot open, raises :class:`ViewerError` with one sentence saying why (no display, or the reason
+    GLFW gave) and what to run instead; Polyscope's own lines about it are not shown, and Polyscope is left able to
+    shut down quietly at exit (it is started on its mock backend).
 
     Args:
         app: the app (not yet run, or partly run).
         log: ``log(text)`` for messages.
         backend: Polyscope backend (None: its default; ``"openGL_mock"`` for tests).
         frames: run this many frames then return (None: until the window closes).
+
+    Raises:
+        ViewerError: no display, or no Polyscope backend could start.
+        ImportError: Polyscope is not installed (naming the extra).
     """
+    if backend is None:
+        check_display()
     ps, _ = import_polyscope()
     ps.set_use_prefs_file(False)  # no .polyscope.ini in the current folder
-    try:
-        if backend is None:
-            ps.init()
-        else:
-            ps.init(backend)
-    except RuntimeError as exc:
-        raise ViewerError(f"cannot open the viewer window (no display or OpenGL here?): {exc}; run without --viewer "
-                          "(or with --headless) to get the outputs and a headless screenshot") from None
+    with captured_fds(1, 2) as printed:
+        try:
+            ps.init() if backend is None else ps.init(backend)
+            failure = None
+        except RuntimeError as exc:
+            failure = exc
+            # polyscope's atexit handler shuts it down and raises when it never started: the mock backend always starts
+            ps.init("openGL_mock")
+    if failure is not None:
+        raise ViewerError(f"cannot open the viewer window: {_init_failure_reason(printed.text)}; {_NO_VIEWER_HINT}"
+                          ) from None
+    if printed.data:  # a start's own lines (the backend and OpenGL version), as Polyscope prints them
+        os.write(1, printed.data)
     ps.remove_all_structures()
     controller = ViewerController(app, ps, log, colorbars=True)
     ps.set_user_callback(controller.callback)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-import tempfile
+
+from warp_meshad._src.app.native_output import captured_fds
 
 __all__ = ["DRIVER_WARNING", "driver_loads", "init_warp"]
 
@@ -45,20 +46,8 @@ def init_warp(device: str | None) -> None:
     if (device is not None and device.startswith("cuda")) or driver_loads():
         wp.init()
         return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with tempfile.TemporaryFile() as captured:
-            os.dup2(captured.fileno(), 2)
-            try:
-                wp.init()
-            finally:
-                sys.stderr.flush()
-                os.dup2(saved, 2)
-            captured.seek(0)
-            printed = captured.read()
-    finally:
-        os.close(saved)
-    kept = b"".join(line for line in printed.splitlines(keepends=True) if not line.startswith(DRIVER_WARNING))
+    with captured_fds(2) as printed:
+        wp.init()
+    kept = b"".join(line for line in printed.data.splitlines(keepends=True) if not line.startswith(DRIVER_WARNING))
     if kept:
         os.write(2, kept)
