@@ -1,4 +1,4 @@
-"""Reproduce the failure of cuDSS's deterministic mode seen on the H200 (session 13, cuDSS 0.8, nvmath-python 1.0).
+"""Reproduce the failure of cuDSS's deterministic mode seen on the H200 (cuDSS 0.8, nvmath-python 1.0).
 
     python -m benchmarks.make_dataset --out /tmp/patches
     python -m benchmarks.cudss_deterministic --patches /tmp/patches 044 045                # died on the H200
@@ -15,8 +15,8 @@ solver and buffers) alive; otherwise each is dropped and collected before the ne
 Seen on the H200: ``044 045`` died with the mode on whether patch 44's app was kept or dropped (and with the mode on
 the sequence ``044 044 045`` with ``--keep``), with the analysis cache on or off, with nvmath's own execute calls
 instead of the direct ones, and with LU from the start; ``044 045`` with ``--keep`` ran once; every order ran with
-the mode off, and 45 alone ran. So ``NewtonSolver`` no longer asks for the mode (``deterministic: true`` keeps the
-deterministic assembly only).
+the mode off, and 45 alone ran (benchmarks/README.md, section ``cudss_deterministic.py``). So ``NewtonSolver`` no
+longer asks for the mode (``deterministic: true`` keeps the deterministic assembly only).
 """
 
 from __future__ import annotations

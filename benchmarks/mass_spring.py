@@ -8,9 +8,9 @@ Run on a GPU host (writes benchmarks/results/mass_spring.json and .png):
 Methods (same springs, same float32 data, one process, one GPU):
 
 * ``warp_meshad``: ``Problem.assemble_hessian`` of the built-in ``mass_spring`` energy (float32) (dual numbers), default
-  settings (``assembly="auto"``: tiled where the grid fills the GPU, else atomic; since session 4 the tiled kernel
-  of these float32 springs sums in the deterministic plan's rounds, the launches of
-  ``warp_meshad_deterministic``), captured in a CUDA graph;
+  settings (``assembly="auto"``: tiled where the grid fills the GPU, else atomic; the tiled kernel of these
+  float32 springs sums in the deterministic plan's rounds, the launches of ``warp_meshad_deterministic``), captured
+  in a CUDA graph;
 * ``warp_meshad_atomic``: the same with ``assembly="atomic"`` (atomic block adds into topology-precomputed slots);
   the reference every other method is checked against;
 * ``warp_meshad_deterministic`` (``deterministic=True``, tiled rounds without atomics) and
@@ -30,7 +30,7 @@ Methods (same springs, same float32 data, one process, one GPU):
 
 All methods are checked against warp_meshad's assembled Hessian and gradient first (relative Frobenius error).
 The warp_meshad methods also record ``setup_s``: building the Problem with its Hessian pattern and tile plan
-(``setup_problem``; both built on the device since session 6).
+(``setup_problem``; both built on the device).
 """
 
 from __future__ import annotations
