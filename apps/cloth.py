@@ -67,8 +67,9 @@ class ClothConfig(AppConfig):
             factorization is of the same matrix (the inertia target and gravity do not enter the Hessian), so the
             step's first direction is solved with those factors (``NewtonSolver(keep_start_factors=...)``): one
             factorization fewer per step after the first, the same iterates (cloth/hanging on a 2-core CPU: 182
-            iterations and the same E either way, its 40 steps 2.54-2.79 s -> 2.38-2.46 s; benchmarks/README.md).
-            Default true (the host loop's ``LinearSolver.resolve``, on cuDSS too).
+            iterations and the same E either way, its 40 steps 2.54-2.79 s -> 2.38-2.46 s;
+            benchmarks/history/2026-12-03_apps_solve_time.md). Default true (the host loop's
+            ``LinearSolver.resolve``, on cuDSS too).
     """
 
     app: str = "cloth"

@@ -143,7 +143,8 @@ class AppConfig(ConfigModel):
             linear solver does: on the CPU it does. On a GPU cuDSS's solves still vary at round-off (on param's
             singular Hessians along the null space), so two runs reach the same minimum by different iterates;
             cuDSS's deterministic mode, which would repeat them, is not asked for (on the H200 it made a later
-            plan in the same process fail with an illegal memory access, benchmarks/README.md, session 13). Not
+            plan in the same process fail with an illegal memory access: benchmarks/README.md, section
+            ``cudss_deterministic.py``). Not
             for apps with contact (interaction terms).
         steps: number of ``step()`` calls of a run (time steps, or solver rounds).
         iterations: solver iteration cap per step.

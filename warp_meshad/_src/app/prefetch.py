@@ -2,9 +2,9 @@
 next meshes of a batch in other processes while this one solves on the device.
 
 On the 200-patch param dataset, reading the patches and their Tutte embeddings is about a third of a one-process
-run's wall time (benchmarks/README.md, issue 20); spread over processes and overlapped with the solves it leaves the
-critical path. The processes are spawned (not forked: this process may hold a CUDA context), import only numpy,
-SciPy and the app's module, and never touch a Warp device.
+run's wall time (benchmarks/history/2026-12-02_batch_param_dataset.md); spread over processes and overlapped with the
+solves it leaves the critical path. The processes are spawned (not forked: this process may hold a CUDA context),
+import only numpy, SciPy and the app's module, and never touch a Warp device.
 """
 
 from __future__ import annotations

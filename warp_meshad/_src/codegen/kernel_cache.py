@@ -85,8 +85,9 @@ def unrolled_default(k: int, cuda: bool) -> bool:
 
 
 # the split projection by default from this many duals on (CUDA, unrolled projection): there its compile is seconds
-# (k = 9: ~1.4 s of a 4.6 s module, k = 12: ~6 s of 14.6 s; NVRTC for sm_90, benchmarks/README.md "Time to result"),
-# below it a fraction of a second that a second launch and the local Hessians' round trip would not repay
+# (k = 9: ~1.4 s of a 4.6 s module, k = 12: ~6 s of 14.6 s; NVRTC for sm_90,
+# benchmarks/history/2026-12-04_compile_time_and_first_run_cpu.md), below it a fraction of a second that a second
+# launch and the local Hessians' round trip would not repay
 SPLIT_PROJECTION_MIN_K = 9
 
 

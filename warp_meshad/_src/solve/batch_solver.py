@@ -158,7 +158,8 @@ class BatchNewtonSolver:
     (*compaction*, :meth:`ProblemBatch.subset`: the same kernels, a new Hessian pattern and linear-solver analysis);
     each round then costs what the active meshes cost, but the new analysis costs too: on the H200 cuDSS's analysis
     takes about 3 us per unknown and a factorization plus solve of a batch about 26 ns per unknown
-    (benchmarks/README.md, ``cudss_calls.py``), so one analysis costs as much as ~100 rounds. With
+    (benchmarks/history/2026-12-02_cudss_analysis_and_factorization.md), so one analysis costs as much as ~100
+    rounds. With
     ``compact="auto"`` the loop compacts once the rounds it expects to save pay for the analysis, from the times this
     solve measured: with ``r`` rounds run, ``t_f`` the last round's factorization + solve, ``t_a`` the current
     batch's analysis and ``a`` the active meshes' share of its variables, when ``r * t_f * (1 - a) > t_a * a`` (it

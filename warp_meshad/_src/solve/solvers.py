@@ -527,7 +527,8 @@ class NewtonSolver(_Driver):
             the other pairs :func:`~warp_meshad._src.solve.options.check_compatible` lists. The default stays the
             host loop, which takes every hook; the apps ask for the captured loop on a GPU (``device_loop: auto``).
             With cuDSS captured in the slot's graph, on the H200 elastic/bunny's 40 steps took 0.41-0.49 s against
-            0.84 s in the host loop (benchmarks/README.md), cuDSS being most of an iteration.
+            0.84 s in the host loop, cuDSS being most of an iteration (benchmarks/history/2026-12-03_apps_solve_time.md,
+            the direction check).
         hessian_shift: ``sigma >= 0`` added to every diagonal coefficient of the (projected) Hessian before the
             solve, on the device: the direction solves ``(H + sigma I) d = -g`` (a fixed Levenberg-Marquardt term).
             An energy that does not see rigid motions has a projected Hessian that is singular along them up to the

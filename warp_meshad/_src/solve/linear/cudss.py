@@ -137,9 +137,10 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             True, ``NONE`` for False); None: cuDSS's default (no matching in cuDSS 0.8).
         permutation: the fill-reducing ordering of the analysis, an int array of the scalar row count (entry ``i``
             is the row placed at position ``i``, the convention of ``plan_info.row_permutation``), handed to cuDSS as
-            ``CUDSS_DATA_USER_PERM``; None: cuDSS computes it. Measured on the H200 (benchmarks/README.md, session
-            10), cuDSS 0.8 factorizes 5-15x slower with a user ordering, even its own handed back, since it then
-            lacks its partition tree: an option for orderings cuDSS cannot find, not for speed.
+            ``CUDSS_DATA_USER_PERM``; None: cuDSS computes it. Measured on the H200 (the orderings table of
+            benchmarks/history/2026-12-02_cudss_analysis_and_factorization.md), cuDSS 0.8 factorizes 5-15x slower
+            with a user ordering, even its own handed back, since it then lacks its partition tree: an option for
+            orderings cuDSS cannot find, not for speed.
         direct_calls: after nvmath's plan, run each numeric factorization and solve as two direct cuDSS calls
             (``nvmath.bindings.cudss.execute``) on dense descriptors that point at ``b`` and ``x`` themselves, instead
             of nvmath's ``factorize()``/``solve()`` (which, per call, wrap the stream, allocate the solution and copy
@@ -154,8 +155,8 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             kernel cache (``wp.config.kernel_cache_dir``, beside the toolkit's module records). None (the
             default): the environment variable ``WARP_MESHAD_CUDSS_ANALYSIS_CACHE`` (a folder, ``auto``, or ``0`` /
             ``off`` for none) if set, else ``"auto"``. False: off. Ignored with ``permutation``. Measured on the
-            H200 (benchmarks/README.md, session 11): param/armadillo's analysis 237 ms without, 31 ms with the
-            cached ordering and tree, the same factors (non-zeros, factorization time).
+            H200 (benchmarks/README.md, section ``cudss_direct.py``): param/armadillo's analysis 237 ms without, 31 ms
+            with the cached ordering and tree, the same factors (non-zeros, factorization time).
             A file that cannot be read or applied is ignored (cuDSS analyses as usual) and rewritten. An entry holds
             4 bytes per unknown and the tree (armadillo's 64k unknowns: about 0.26 MB). The folder keeps at most
             ``WARP_MESHAD_CUDSS_ANALYSIS_CACHE_MB`` MiB (default 1024, some 4,000 entries of armadillo's size);
@@ -164,14 +165,16 @@ class CudssSolver(_ReusedFactors, _GpuCsrSolver):
             solver, which then neither creates nor destroys one; None: each plan makes its own. cuDSS requires one
             handle per value type (float32 and float64 systems must not share one), and a plan of a small system
             costs about 90 ms on the H200, against 1.2 s for 50 patches analysed as one matrix. Sharing a handle
-            does not remove that fixed cost (50 patches: 4.22 s against 4.26-4.41 s, session 12).
+            does not remove that fixed cost (50 patches: 4.22 s against 4.26-4.41 s; "plans of many small meshes" in
+            benchmarks/history/2026-12-02_cudss_analysis_and_factorization.md).
         deterministic: cuDSS's deterministic mode (``CUDSS_CONFIG_DETERMINISTIC_MODE``, set before the plan): the
             factorization and solve repeat bitwise run to run. Without it, two solves of the same matrix may differ
             at round-off; on a singular system (param without pins: the rigid motions) by far more, as the component
             along the null space is arbitrary. On the H200 (cuDSS 0.8) the mode repeated param/bunny_cut bitwise,
             but over the 200-patch dataset a process that planned patch 44 and then patch 45 in this mode died of
             an illegal memory access (with nvmath's own calls too, with or without the analysis cache, LU or
-            Cholesky; not without the mode; benchmarks/README.md, session 13), so nothing asks for it on its own.
+            Cholesky; not without the mode; benchmarks/README.md, section ``cudss_deterministic.py``), so nothing asks
+            for it on its own.
         config: more of cuDSS's configuration, set before the plan: ``{name: value}`` with ``name`` a member of
             ``nvmath.bindings.cudss.ConfigParam`` (case-insensitive, e.g. ``"factorization_alg"``, ``"solve_alg"``,
             ``"nd_nlevels"``, ``"use_superpanels"``) and ``value`` an int (an ``AlgType`` for the algorithms), set
