@@ -50,6 +50,9 @@ SPOT = ROOT / "assets" / "meshes" / "spot.obj"
 CLOTH = ["cloth/hanging", "--test", "--device", "cpu", "--headless", "--set", "screenshot=false"]
 OUTPUTS = ["convergence.png", "final.obj", "manifest.json", "metrics.json"]
 RUN_AGAIN = "run the same command again to start over (a run does not resume)"
+# a child in a process group of its own (its pid is the group's id), so a signal to the group reaches only it and its
+# children; ``process_group`` is Python 3.11's, ``setpgrp`` the same call before 3.11
+OWN_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -58,15 +61,15 @@ RUN_AGAIN = "run the same command again to start over (a run does not resume)"
 
 
 class Proc:
-    """A ``warp-meshad`` subprocess in a session of its own (a signal to its group reaches only it and its children),
-    its stderr read line by line as it comes."""
+    """A ``warp-meshad`` subprocess in a process group of its own (a signal to its group reaches only it and its
+    children), its stderr read line by line as it comes."""
 
     def __init__(self, argv, cwd, driver_args=None):
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         cmd = [sys.executable, str(DRIVER), *driver_args, "--", *argv] if driver_args is not None else \
             [sys.executable, "-m", "warp_meshad", *argv]
         self.p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  start_new_session=True)
+                                  **OWN_GROUP)
         self.lines = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
