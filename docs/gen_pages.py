@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
+import inspect
 import json
 import os
 import pathlib
@@ -48,19 +50,24 @@ API_EXTRA = {"warp_meshad.kernels": ["warp_meshad.kernels.dtype_struct"]}
 # docstrings (reST-flavoured plain text) to markdown
 # --------------------------------------------------------------------------------------------------------------------
 
-_ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|obj|exc):`(~?)([^`]+)`")
 _SECTION = re.compile(r"^(Parameters|Args|Arguments|Attributes|Fields)(\s*\([^)]*\))?:\s*$")
 _ENTRY = re.compile(r"^([^\s:][^:]{0,60}?):\s+(.*)$")
 
 
-def _role(match: re.Match) -> str:
-    short, target = match.group(1), match.group(2)
-    return f"`{target.rsplit('.', 1)[-1] if short else target}`"
+def _rst_roles():
+    """``rst_to_markdown`` of docs/griffe_rst.py: the one rule for Sphinx roles, in the API pages and here."""
+    spec = importlib.util.spec_from_file_location("warp_meshad_docs_griffe_rst", ROOT / "docs" / "griffe_rst.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.rst_to_markdown
+
+
+_ROLES = _rst_roles()
 
 
 def _inline(text: str) -> str:
     """One line of docstring prose as markdown: roles and ``literals`` as code spans, ``*`` escaped outside code."""
-    text = _ROLE.sub(_role, text)
+    text = _ROLES(text)
     text = re.sub(r"``([^`]+)``", r"`\1`", text)
     parts = re.split(r"(`[^`]*`)", text)
     for i in range(0, len(parts), 2):  # outside code spans
@@ -74,7 +81,7 @@ def docstring_markdown(doc: str) -> str:
     Indented blocks (formulas, literal blocks) become fenced code; a ``Parameters:`` / ``Args:`` / ``Attributes:``
     section becomes a list with one item per ``name: text`` entry; everything else is prose.
     """
-    lines = doc.expandtabs().strip("\n").splitlines()
+    lines = inspect.cleandoc(doc.expandtabs()).splitlines()
     out: list[str] = []
     i = 0
     while i < len(lines):
@@ -216,7 +223,9 @@ def default_text(field) -> str:
 
 
 def _cell(text: str) -> str:
-    return _inline(text).replace("|", "\\|").replace("\\\\|", "\\|")
+    """Docstring prose as one table cell: pipes outside code spans escaped (the table keeps those in code)."""
+    parts = re.split(r"(`[^`]*`)", _inline(text))
+    return "".join(p if k % 2 else p.replace("|", "\\|") for k, p in enumerate(parts))
 
 
 def key_rows(model, names, prefix: str = "") -> list[str]:
@@ -276,7 +285,7 @@ def app_page(name: str) -> str:
     out = [f"# {name}", ""]
     picture = ROOT / "docs" / "assets" / "apps" / f"{name}.png"
     if picture.exists():
-        out += [f"![{name}: the final state of a test-size run](../assets/apps/{name}.png)", ""]
+        out += [f"![{name}: the screenshot of a run, made by docs/make_pictures.py](../assets/apps/{name}.png)", ""]
     out += [docstring_markdown(module.__doc__ or ""), "## Scenes", ""]
     out += ["| scene | what it is | run it |", "|---|---|---|"]
     files = sorted((ROOT / "configs" / name).glob("*.yaml"))
@@ -359,9 +368,9 @@ def linear_backends_page() -> str:
 
     out = ["# Linear back-ends", "",
            "The back-ends a Newton-type solver, `wm.make_linear_solver(name)` or a config's `linear_solver:` may "
-           "name, from the registration table of `warp_meshad/_src/solve/linear/registry.py` (generated from the "
-           "code). `\"auto\"` picks among them by device: " + _inline(_first_paragraph(
-               registry._pick_auto.__doc__)), "",
+           "name: the registration table of `warp_meshad/_src/solve/linear/registry.py`, with each class's "
+           "docstring (generated from the code). The registry's own docstring:", "",
+           docstring_markdown(registry.__doc__ or ""),
            "| name | class | what it is |", "|---|---|---|"]
     for name, cls in registry._BACKENDS.items():
         out.append(f"| `\"{name}\"` | `{cls.__name__}` | {_cell(_first_paragraph(cls.__doc__))} |")
