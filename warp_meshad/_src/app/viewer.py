@@ -13,7 +13,9 @@ quantity drawn too), and for an app with texture coordinates (:meth:`App.uv_coor
 the surface, with two flat copies of the uv layout beside it (a checker, and the first quantity's colours). The
 colours come with a colour bar: Polyscope's own in the viewer, and in the screenshot a matplotlib one (same colour map
 and range, labelled with the quantity's name) composed beside the render (:func:`add_colorbar`), since Polyscope
-draws its colour bar only in its interface.
+draws its colour bar only in its interface. The screenshot of an app with texture coordinates is three panels of
+:data:`PANEL_SIZE` pixels side by side, each render showing one of the three meshes seen from the front (+z) and
+framed on it alone (:func:`front_camera`), under the titles :data:`UV_PANEL_TITLES` (:func:`panels_figure`).
 
 Polyscope is optional (in the ``apps`` and ``viewer`` extras: ``pip install 'warp-meshad[apps]'``), imported only here
 and only when used. Headless rendering also needs EGL (Mesa's ``libegl1 libegl-mesa0`` on Debian/Ubuntu); where it is
@@ -35,8 +37,9 @@ import numpy as np
 from warp_meshad._src.app.child_process import stop_child
 from warp_meshad._src.app.native_output import captured_fds
 
-__all__ = ["ColorBar", "ScreenshotWorker", "ViewerController", "ViewerError", "add_colorbar", "check_display",
-           "colorbar_figure", "first_colorbar", "screenshot", "show"]
+__all__ = ["PANEL_MARGIN", "PANEL_SIZE", "UV_PANEL_TITLES", "ColorBar", "ScreenshotWorker", "ViewerController",
+           "ViewerError", "add_colorbar", "check_display", "colorbar_figure", "figure_pixels", "first_colorbar",
+           "front_camera", "panels_figure", "screenshot", "show", "title_row_height"]
 
 MESH_NAME = "mesh"
 UV_CHECKER_NAME = "uv layout (checker)"  # the flat copies of the uv layout beside the surface
@@ -50,6 +53,10 @@ _CHILD = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0]
 _EGL_HINT = ("install Mesa's EGL (Debian/Ubuntu: apt-get install libegl1 libegl-mesa0), or set screenshot: false "
              "(--set screenshot=false)")
 _VECTOR_KINDS = {"vertex_vectors": "vertices", "face_vectors": "faces"}
+# the screenshot of an app with uv coordinates: three panels of PANEL_SIZE pixels (width, height), these titles
+UV_PANEL_TITLES = ("surface (uv checker)", UV_CHECKER_NAME, UV_COLORS_NAME)
+PANEL_SIZE = (600, 600)
+PANEL_MARGIN = 1.08  # a panel's view over its mesh's extent
 
 
 class ViewerError(RuntimeError):
@@ -198,25 +205,73 @@ def colorbar_figure(image: np.ndarray, bar: ColorBar, dpi: float = 100.0):
     Returns:
         The figure (no pyplot state): axes 0 the image, axes 1 the colour bar.
     """
+    return panels_figure([image], [None], bar, dpi)
+
+
+def panels_figure(images: list, titles: list, bar: ColorBar | None = None, dpi: float = 100.0):
+    """A matplotlib ``Figure`` of renders side by side, each under its title, with ``bar``'s colour bar at the right.
+
+    Args:
+        images: the renders, each shape (height, width, 3 or 4), uint8, of one height.
+        titles: one per image (None: no title); where every one is None there is no title row.
+        bar: the colour map, range and label of the coloured panels, or None (no colour bar).
+        dpi: pixels per inch of the figure. Its size in pixels: the images' height (plus a title row of
+            :func:`title_row_height` where there are titles), the sum of their widths plus the bar's.
+
+    Returns:
+        The figure (no pyplot state): one axes per image, in order, then the colour bar's.
+
+    Raises:
+        ValueError: ``images`` and ``titles`` differ in length, or the images in height.
+    """
     from matplotlib import cm, colors
     from matplotlib.figure import Figure
 
-    height, width = image.shape[:2]
-    extra = max(int(0.2 * height), 120)  # the bar, its ticks and its label
-    total = width + extra
-    fig = Figure(figsize=(total / dpi, height / dpi), dpi=dpi)
+    if len(images) != len(titles) or not images:
+        raise ValueError(f"panels_figure: expected one title per image, got {len(images)} images and "
+                         f"{len(titles)} titles")
+    heights = {im.shape[0] for im in images}
+    if len(heights) != 1:
+        raise ValueError(f"panels_figure: expected images of one height, got heights {sorted(heights)}")
+    height = heights.pop()
+    widths = [im.shape[1] for im in images]
+    top = title_row_height(height) if any(t is not None for t in titles) else 0
+    extra = max(int(0.2 * height), 120) if bar is not None else 0  # the bar, its ticks and its label
+    total, total_h = sum(widths) + extra, height + top
+    fig = Figure(figsize=(total / dpi, total_h / dpi), dpi=dpi)
     fig.patch.set_facecolor("white")
-    ax = fig.add_axes((0.0, 0.0, width / total, 1.0))
-    ax.imshow(image, interpolation="nearest")
-    ax.set_axis_off()
-    cax = fig.add_axes(((width + 0.12 * extra) / total, 0.12, 0.14 * extra / total, 0.76))
     font = max(8.0, 11.0 * height / 720.0)
-    cb = fig.colorbar(cm.ScalarMappable(norm=colors.Normalize(bar.vmin, bar.vmax), cmap=bar.cmap), cax=cax)
-    cb.formatter.set_useOffset(False)  # tick labels are the values (1.0002, not 0.0002 and "+1" above)
-    cb.update_ticks()
-    cb.set_label(bar.label, fontsize=font)
-    cb.ax.tick_params(labelsize=0.9 * font)
+    x = 0
+    for image, width, title in zip(images, widths, titles):
+        ax = fig.add_axes((x / total, 0.0, width / total, height / total_h))
+        ax.imshow(image, interpolation="nearest")
+        ax.set_axis_off()
+        if title is not None:
+            ax.set_title(title, fontsize=1.25 * font, pad=0.3 * top)
+        x += width
+    if bar is not None:
+        cax = fig.add_axes(((x + 0.12 * extra) / total, 0.12 * height / total_h, 0.14 * extra / total,
+                            0.76 * height / total_h))
+        cb = fig.colorbar(cm.ScalarMappable(norm=colors.Normalize(bar.vmin, bar.vmax), cmap=bar.cmap), cax=cax)
+        cb.formatter.set_useOffset(False)  # tick labels are the values (1.0002, not 0.0002 and "+1" above)
+        cb.update_ticks()
+        cb.set_label(bar.label, fontsize=font)
+        cb.ax.tick_params(labelsize=0.9 * font)
     return fig
+
+
+def title_row_height(height: int) -> int:
+    """Pixels above renders of ``height`` pixels that hold their titles in :func:`panels_figure`."""
+    return max(int(0.07 * height), 30)
+
+
+def figure_pixels(fig) -> np.ndarray:
+    """A matplotlib figure drawn to RGBA pixels, shape (height, width, 4), uint8."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba()).copy()
 
 
 def add_colorbar(image: np.ndarray, bar: ColorBar) -> np.ndarray:
@@ -229,12 +284,7 @@ def add_colorbar(image: np.ndarray, bar: ColorBar) -> np.ndarray:
     Returns:
         RGBA pixels, shape (height, width + the bar's width, 4), uint8.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    fig = colorbar_figure(image, bar)
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    return np.asarray(canvas.buffer_rgba()).copy()
+    return figure_pixels(colorbar_figure(image, bar))
 
 
 class ViewerController:
@@ -554,6 +604,44 @@ def _look_from_above(vertices: np.ndarray, spheres) -> None:
     ps.look_at(center + distance * np.array([0.0, np.sin(elevation), np.cos(elevation)]), center)
 
 
+def front_camera(points: np.ndarray, aspect: float, fov_deg: float, margin: float = PANEL_MARGIN):
+    """Where a camera looking along -z (up +y) stands so that ``points`` fill its view: the bounding box's front face
+    (z = max) spans ``1 / margin`` of the view's height or width, whichever binds, and every point lies inside.
+
+    Args:
+        points: shape (k, 3).
+        aspect: the view's width / height.
+        fov_deg: the view's vertical field of view, degrees.
+        margin: >= 1; the view's extent over the box's.
+
+    Returns:
+        ``(camera position, target)``, each float64 of shape (3,).
+    """
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    center = 0.5 * (lo + hi)
+    t = np.tan(0.5 * np.radians(fov_deg))
+    half_w, half_h = 0.5 * (hi[0] - lo[0]), 0.5 * (hi[1] - lo[1])
+    reach = max(half_h / t, half_w / (t * aspect), 1e-12) * margin  # from the front face
+    return center + np.array([0.0, 0.0, reach + 0.5 * (hi[2] - lo[2])]), center
+
+
+def _render_uv_panels(ps, structures: list, panel_points: list, spheres) -> list:
+    """One render per uv panel (the surface with its checker, the checker layout, the coloured layout), each with
+    only its structure shown and framed by :func:`front_camera`; the surface keeps its shadow and the spheres."""
+    ps.set_window_size(*PANEL_SIZE)
+    images = []
+    for i, points in enumerate(panel_points):
+        for j, structure in enumerate(structures):
+            structure.set_enabled(i == j)
+        for k in range(len(spheres)):
+            ps.get_point_cloud(f"sphere {k}").set_enabled(i == 0)
+        ps.set_ground_plane_mode("shadow_only" if i == 0 else "none")
+        position, target = front_camera(points, PANEL_SIZE[0] / PANEL_SIZE[1], ps.get_vertical_fov_degrees())
+        ps.look_at(position, target)
+        images.append(ps.screenshot_to_buffer(transparent_bg=False))
+    return images
+
+
 def _start_polyscope():
     """Child-process side: Polyscope initialized on EGL, or this process ends with :data:`_NO_EGL`."""
     ps, _ = import_polyscope()
@@ -594,15 +682,17 @@ def _render_scene_file(scene_path: str, png_path: str, ps=None) -> None:
     }
     spheres = [(c, r) for c, r in zip(data["sphere_centers"], data["sphere_radii"])]
     uv = data["uv"] if "uv" in data else None
-    _register_scene(ps, data["vertices"], data["faces"], quantities, spheres, uv=uv)
+    structures = _register_scene(ps, data["vertices"], data["faces"], quantities, spheres, uv=uv)
+    bar = first_colorbar(quantities)
     if uv is None:
         _look_from_above(data["vertices"], spheres)
-    else:
-        ps.reset_camera_to_home_view()  # from the front: the uv layouts face the camera
-    image = ps.screenshot_to_buffer(transparent_bg=False)
-    bar = first_colorbar(quantities)
-    if bar is not None:
-        image = add_colorbar(image, bar)
+        image = ps.screenshot_to_buffer(transparent_bg=False)
+        if bar is not None:
+            image = add_colorbar(image, bar)
+    else:  # three panels side by side, each framed on its own, under its title
+        points = [data["vertices"]] + [_flat_layout(data["vertices"], uv, slot) for slot in range(2)]
+        images = _render_uv_panels(ps, structures, points, spheres)
+        image = figure_pixels(panels_figure(images, list(UV_PANEL_TITLES), bar))
     from matplotlib.image import imsave
 
     imsave(png_path, image, format="png")
