@@ -339,7 +339,7 @@ class KernelVariant:
             :data:`ANALYTIC_PROJECTION`): the energy on gradient duals, the local Hessian from the projection (never
             unrolled: there is no Jacobi iteration).
         split: the projected mode's PSD projection in a kernel of its own (unrolled, untiled, not analytic): the term's
-            kernel writes the element's weighted local Hessian (its packed upper triangle, ``hloc[e]``) instead of
+            kernel writes the element's weighted local Hessian (its packed upper triangle, ``hloc[:, e]``) instead of
             projecting and scattering it; the projection kernel of the term's shape (``kernel_source.
             projection_source``: one per shape and scalar type, shared by every energy) projects and scatters it. The
             two modules compile in parallel, and the projection's compile is paid once per shape, not per energy.

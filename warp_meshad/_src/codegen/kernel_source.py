@@ -105,7 +105,7 @@ class _Kernel:
         self.packed = mode.packed_hessian(unrolled)
         n, d = self.n, self.d
         if projection:  # the split projection's kernel (projection_source): reads hloc, calls no energy
-            self.args = ["hloc: wp.array(dtype=_VecP)", "eps: _S", "absolute: int"]
+            self.args = ["hloc: wp.array2d(dtype=_S)", "eps: _S", "absolute: int"]
             self.body = ["e = wp.tid()"]
             self.rest_columns()
             return
@@ -432,8 +432,9 @@ def _local_dual(kt: _Kernel) -> None:
         kt.add(f"r = _D.mul({square}, _S(0.5))")
     kt.add(kt.scatter_energy("weight * r.v"), "g = r.g * weight")
     if kt.split:  # projected and scattered by the shape's projection kernel (projection_source)
-        kt.args.append("hloc: wp.array(dtype=_VecP)")
-        kt.add("hloc[e] = r.h * weight")
+        kt.args.append("hloc: wp.array2d(dtype=_S)")
+        kt.add("hh = r.h * weight")  # one row of hloc per entry: a warp's stores to a row are contiguous
+        kt.add(*(f"hloc[{i}, e] = hh[{i}]" for i in range(kt.k * (kt.k + 1) // 2)))
     elif m.projected:
         kt.args += ["eps: _S", "absolute: int"]
         if kt.analytic:  # closed form on plain F (gradient duals: r has no Hessian), contract.ANALYTIC_PROJECTION
@@ -521,7 +522,7 @@ def kernel_source(
     Hessian is the term's analytic projection (``_projection``, see :data:`~.contract.ANALYTIC_PROJECTION`).
 
     With ``split`` (mode ``hessian_proj``, ``unrolled``, not ``tiled``), the kernel writes the element's weighted local
-    Hessian (the dual's packed upper triangle) to ``hloc[e]`` and scatters no Hessian block; the kernel of
+    Hessian (the dual's packed upper triangle, entry i to ``hloc[i, e]``) and scatters no Hessian block; the kernel of
     :func:`projection_source` projects and scatters it.
     """
     m = mode_of(mode)
@@ -541,8 +542,8 @@ def kernel_source(
 def projection_source(spec: KernelSpec, name: str, deterministic: bool = False) -> str:
     """Source text of the projection kernel of the split variant (:attr:`~.contract.KernelVariant.split`).
 
-    One thread per element: ``h = _D.project_psd_unrolled(hloc[e], eps, absolute)`` (``_D`` the packed module of
-    k = ``spec.k``), then the element's n x n blocks into the Hessian's values as the term kernel would scatter them
+    One thread per element: ``h = _D.project_psd_unrolled(hloc[:, e], eps, absolute)`` (``_D`` the packed module of
+    k = ``spec.k``; ``hloc`` holds entry i of element e's packed Hessian at ``hloc[i, e]``), then the element's n x n blocks into the Hessian's values as the term kernel would scatter them
     (float atomics at ``slots[e, a * n + b]``, or with ``deterministic`` the element's own places from ``offs[2]``),
     a deformation term's through the chain rule with its ``rest_inverse``. The text depends on the term's shape and
     scalar type only (``spec.has_data``, ``residual_dim`` and ``param_count`` do not enter it), so one kernel serves
@@ -551,7 +552,8 @@ def projection_source(spec: KernelSpec, name: str, deterministic: bool = False) 
     m = mode_of("hessian_proj")
     kt = (_DeformationKernel if spec.deformation is not None else _Kernel)(spec, m, deterministic, True, False, "number",
                                                                             projection=True)  # fmt: skip
-    kt.add("h = _D.project_psd_unrolled(hloc[e], eps, absolute)")
+    entries = ", ".join(f"hloc[{i}, e]" for i in range(spec.k * (spec.k + 1) // 2))
+    kt.add(f"h = _D.project_psd_unrolled(_VecP({entries}), eps, absolute)")
     _scatter_hessian(kt)
     return kt.text(name)
 

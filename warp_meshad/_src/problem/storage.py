@@ -122,13 +122,13 @@ class Storage:
 
     def local_hessians(self, term) -> wp.array:
         """The buffer of ``term``'s element Hessians for the split projection (``contract.KernelVariant.split``):
-        ``wp.array [count]`` of the packed upper triangles (``vector(k (k + 1) / 2, dtype)``, k the term's duals),
-        made on first use and kept."""
+        ``wp.array2d [k (k + 1) / 2, count]`` of the problem's dtype, entry i of element e's packed upper triangle at
+        ``[i, e]`` (k the term's duals), made on first use and kept."""
+        k = term.spec.k
+        shape = (k * (k + 1) // 2, term.count)
         buf = self._hloc.get(term.index)
-        if buf is None or buf.shape[0] != term.count:
-            k = term.spec.k
-            packed = wp.types.vector(length=k * (k + 1) // 2, dtype=self.dtype)
-            buf = self._hloc[term.index] = wp.empty(term.count, dtype=packed, device=self.device)
+        if buf is None or buf.shape != shape:
+            buf = self._hloc[term.index] = wp.empty(shape, dtype=self.dtype, device=self.device)
         return buf
 
     def drop_layout(self):
