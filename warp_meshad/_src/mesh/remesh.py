@@ -165,9 +165,9 @@ def remesh_isotropic(
         _relax(state)
     _run_rounds(state, lambda s: _split_round(s, project=True), to_the_end=True)
 
-    check_result(state.x, state.f, state.nref)
-    face_map = state.surface.closest(state.x[state.f].mean(axis=1))[1]
     exact = _unchanged_input_faces(state, mesh.faces)
+    check_result(state.x, state.f, state.nref, kept=exact >= 0)
+    face_map = state.surface.closest(state.x[state.f].mean(axis=1))[1]
     face_map[exact >= 0] = exact[exact >= 0]
     data, offset = {}, 0
     for name, shape in zip(vnames, vshapes):
@@ -284,16 +284,18 @@ def check_manifold_fans(mesh: TriMesh) -> None:
         )
 
 
-def check_result(x: np.ndarray, f: np.ndarray, nref: np.ndarray) -> None:
+def check_result(x: np.ndarray, f: np.ndarray, nref: np.ndarray, kept=None) -> None:
     """Checks a remeshed mesh: manifold, no zero-area face, no face flipped against the input surface.
 
     A face is flipped when its normal points away from the sum of the input's normals at its corners (the input's
-    area-weighted vertex normals interpolated where each corner lies on the input).
+    area-weighted vertex normals interpolated where each corner lies on the input). Faces of the input kept as they
+    were (``kept``) are not tested for that.
 
     Args:
         x: positions, float64 (n, 3).
         f: triangles, int (m, 3).
         nref: the input's normal at each vertex, float64 (n, 3).
+        kept: bool (m,), the faces that are input faces unchanged; None: none.
 
     Raises:
         MeshError: naming the offending edges (as vertex pairs), vertices or faces.
@@ -303,7 +305,10 @@ def check_result(x: np.ndarray, f: np.ndarray, nref: np.ndarray) -> None:
     check_manifold_fans(mesh)
     check_nondegenerate(source, x, faces=f)
     normal = np.cross(x[f[:, 1]] - x[f[:, 0]], x[f[:, 2]] - x[f[:, 0]])
-    flipped = np.flatnonzero(~_on_input_side(normal, nref, f))
+    flipped = ~_on_input_side(normal, nref, f, each=False)
+    if kept is not None:
+        flipped &= ~kept
+    flipped = np.flatnonzero(flipped)
     if flipped.size:
         b = flipped[0]
         side = nref[f[b]].sum(axis=0)
@@ -348,8 +353,10 @@ def _face_geometry(x, f):
 
 
 def _acceptable(nref: np.ndarray, x: np.ndarray, faces: np.ndarray, *old_normals: np.ndarray) -> np.ndarray:
-    """Which changed faces may be made: not degenerate, on the input's side (see `check_result`) and with a normal
-    turned by less than 90 degrees from each of ``old_normals`` (the faces they replace).
+    """Which changed faces may be made: not degenerate, with a normal on the side of the input's normal at each of its
+    corners (so also on the side of their sum, which `check_result` tests), and turned by less than 90 degrees from
+    each of ``old_normals`` (the faces they replace). A vertex carried across a thin part of the input to its other
+    side fails the first test.
 
     Args:
         nref: the input's unit normal at each vertex (interpolated where the vertex lies), (n, 3).
@@ -361,14 +368,18 @@ def _acceptable(nref: np.ndarray, x: np.ndarray, faces: np.ndarray, *old_normals
         bool (k,).
     """
     normal, twice, longest_sq = _face_geometry(x, faces)
-    ok = (twice > DEGENERATE_RTOL * longest_sq) & _on_input_side(normal, nref, faces)
+    ok = (twice > DEGENERATE_RTOL * longest_sq) & _on_input_side(normal, nref, faces, each=True)
     for old in old_normals:
         ok &= _dot(normal, old) > 0
     return ok
 
 
-def _on_input_side(normal: np.ndarray, nref: np.ndarray, faces: np.ndarray) -> np.ndarray:
-    """Whether face normals (k, 3) point to the side of the input's normals at their corners ``nref[faces]``."""
+def _on_input_side(normal: np.ndarray, nref: np.ndarray, faces: np.ndarray, *, each: bool) -> np.ndarray:
+    """Whether face normals (k, 3) point to the side of the input's normals at their corners ``nref[faces]``: of the
+    normal at each corner (``each``), or of their sum."""
+    if each:
+        return (_dot(normal, nref[faces[:, 0]]) > 0) & (_dot(normal, nref[faces[:, 1]]) > 0) & (
+            _dot(normal, nref[faces[:, 2]]) > 0)
     return _dot(normal, nref[faces[:, 0]] + nref[faces[:, 1]] + nref[faces[:, 2]]) > 0
 
 
