@@ -33,16 +33,20 @@ _EXACT = ("iterations", "reason", "converged", "line_search_tries", "steepest_de
 _LISTS = ("energies", "gradient_norms", "step_sizes")
 
 
-def assert_same_solve(host, dev, on_cpu: bool, rtol: float = 1e-6, atol: float = 1e-10):
+def assert_same_solve(host, dev, on_cpu: bool, rtol: float = 1e-6, atol: float = 1e-10, list_atol: float = 0.0):
     """Bit for bit on the CPU; on a GPU the same decisions and values to ``rtol`` (float atomics add the element
-    gradients in a varying order, and on woody's stiff energy the iterates of two host-loop runs part as fast)."""
+    gradients in a varying order, and on woody's stiff energy the iterates of two host-loop runs part as fast), the
+    per-iteration lists also to ``list_atol`` times their largest magnitude (a late gradient norm far below the first
+    carries the rounding of the first: float32)."""
     for name in _EXACT:
         assert getattr(dev, name) == getattr(host, name), (name, getattr(host, name), getattr(dev, name))
     for name in _LISTS:
         if on_cpu:
             assert getattr(dev, name) == getattr(host, name), name
         else:
-            np.testing.assert_allclose(getattr(dev, name), getattr(host, name), rtol=rtol, atol=0.0, err_msg=name)
+            want = np.asarray(getattr(host, name), dtype=np.float64)
+            scale = float(np.max(np.abs(want[np.isfinite(want)]), initial=0.0))
+            np.testing.assert_allclose(getattr(dev, name), want, rtol=rtol, atol=list_atol * scale, err_msg=name)
     if on_cpu:
         np.testing.assert_array_equal(dev.x.numpy(), host.x.numpy())
     else:
@@ -183,7 +187,8 @@ def test_float32_variables_same_as_host(device):
     for cls, kwargs in _SOLVERS.values():
         host = cls(problem, fixed=[0], **kwargs).solve(x0, **solve)
         dev = cls(problem, fixed=[0], device_loop=True, **kwargs).solve(x0, **solve)
-        assert_same_solve(host, dev, problem.device.is_cpu, rtol=1e-4, atol=1e-6)  # float32: x to 1e-6 of ~1
+        # float32: x to 1e-6 of ~1; a gradient norm to 1e-5 of the first (the sum's rounding in float32)
+        assert_same_solve(host, dev, problem.device.is_cpu, rtol=1e-4, atol=1e-6, list_atol=1e-5)
 
 
 @pytest.mark.parametrize("case", ["gradient_norm", "energy_change", "max_iterations_zero", "line_search_failed",
