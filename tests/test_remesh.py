@@ -178,6 +178,22 @@ def test_spot_positions_transferred(spot_remeshed):
     assert np.all(r.moved[~survived])
 
 
+def test_noisy_input():
+    # a remeshed spot shaken by 0.2 L: some input faces now point away from their corners' vertex normals, which the
+    # remesher's acceptance test of a moved vertex must not take for its own doing (it used to loop on them)
+    mesh = TriMesh.from_file(MESHES / "spot.obj")
+    length = 0.08
+    first = remesh_isotropic(mesh.vertices, mesh.faces, length)
+    x = first.vertices + 0.2 * length * np.random.default_rng(5).normal(size=first.vertices.shape)
+    n = _normals(x, first.faces)
+    vn = TriMesh(x, first.faces).vertex_normals()
+    assert (np.einsum("ij,ikj->ik", n, vn[first.faces]) <= 0).any()  # the case that looped
+    r = remesh_isotropic(x, first.faces, length, iterations=2)
+    _assert_manifold(r.vertices, r.faces)
+    _, lengths = _edge_lengths(r.vertices, r.faces)
+    assert lengths.max() <= 4 / 3 * length + 1e-12
+
+
 # ---------------------------------------------------------------------------------------------- boundaries and data
 
 

@@ -41,6 +41,7 @@ input face takes that face's values exactly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 
@@ -571,15 +572,37 @@ class _Topology:
         self.valence = np.bincount(self.edges.ravel(), minlength=n)
         self.on_boundary = np.zeros(n, dtype=bool)
         self.on_boundary[self.edges[bnd].ravel()] = True
-        corners = f.ravel()
-        self.vf = np.argsort(corners, kind="stable") // 3  # faces of vertex v: vf[vf_start[v]:vf_start[v + 1]]
-        self.vf_start = np.concatenate([[0], np.cumsum(np.bincount(corners, minlength=n))])
-        order = np.argsort(np.concatenate([self.edges[:, 0], self.edges[:, 1]]), kind="stable")
-        self.vv = np.concatenate([self.edges[:, 1], self.edges[:, 0]])[order]  # neighbours, same layout
-        self.vv_start = np.concatenate([[0], np.cumsum(self.valence)])
+        self._f = f
+
+    @functools.cached_property
+    def vf_start(self) -> np.ndarray:
+        """Where each vertex's faces start in `vf` (n + 1,)."""
+        return np.concatenate([[0], np.cumsum(np.bincount(self._f.ravel(), minlength=self.valence.size))])
+
+    @functools.cached_property
+    def vf(self) -> np.ndarray:
+        """The faces of each vertex v: ``vf[vf_start[v]:vf_start[v + 1]]``."""
+        return _grouped(self._f.ravel()) // 3
+
+    @functools.cached_property
+    def vv_start(self) -> np.ndarray:
+        """Where each vertex's neighbours start in `vv` (n + 1,)."""
+        return np.concatenate([[0], np.cumsum(self.valence)])
+
+    @functools.cached_property
+    def vv(self) -> np.ndarray:
+        """The neighbours of each vertex v: ``vv[vv_start[v]:vv_start[v + 1]]``."""
+        e = self.edges
+        return np.concatenate([e[:, 1], e[:, 0]])[_grouped(np.concatenate([e[:, 0], e[:, 1]]))]
 
     def has_edge(self, a, b):
         return _find(self.keys, _keys(a, b))[1]
+
+
+def _grouped(values: np.ndarray) -> np.ndarray:
+    """The stable argsort of non-negative int ``values`` (< 2**31), by one sort of packed (value, index) keys."""
+    packed = np.sort(values.astype(np.int64) << _KEY_SHIFT | np.arange(values.size, dtype=np.int64))
+    return packed & _LOW
 
 
 def _ragged(start, items, rows):
@@ -1068,10 +1091,13 @@ def _move(s: _State, idx: np.ndarray, q: np.ndarray) -> int:
     new[idx] = p
     nref[idx] = np.einsum("kj,kjd->kd", weight, s.input_nref[corner])
     accepted = np.ones(s.x.shape[0], dtype=bool)
-    dirty = np.zeros(s.x.shape[0], dtype=bool)
-    dirty[idx] = True
-    while True:  # a bad face has a moved vertex (unchanged faces are fine): put its vertices back, check again
-        check = np.flatnonzero(dirty[s.f].any(axis=1))
+    off = np.zeros(s.x.shape[0], dtype=bool)  # vertices away from their old position
+    off[idx] = True
+    dirty = off.copy()
+    # a face with a moved vertex that is not acceptable: put its vertices back and check the faces around them again;
+    # only faces with a vertex still moved are judged (an input face may fail the tests as it is), so this ends
+    while True:
+        check = np.flatnonzero(dirty[s.f].any(axis=1) & off[s.f].any(axis=1))
         faces = s.f[check]
         bad = check[~_acceptable(nref, new, faces, _face_geometry(old, faces)[0])]
         if bad.size == 0:
@@ -1080,6 +1106,7 @@ def _move(s: _State, idx: np.ndarray, q: np.ndarray) -> int:
         new[back] = old[back]
         nref[back] = old_nref[back]
         accepted[back] = False
+        off[back] = False
         dirty[:] = False
         dirty[back] = True
     keep = accepted[idx]
