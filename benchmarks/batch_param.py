@@ -19,7 +19,7 @@ kernel, each method runs the whole dataset:
   does);
 * ``runner_*``: ``run_batch`` end to end (outputs written: final.obj, metrics.json, summary.csv/png), in process
   one at a time and batched, and on Ray with ``--ray-workers`` workers (sharing the GPU: 1/N of it each). Ray is
-  started once before those runs (``warp_meshad.app.start_ray``, timed apart as ``ray_start``), as a batch finds it on
+  started once before those runs (the batch module's ``start_ray``, timed as ``ray_start``), as a batch finds it on
   a running cluster; each run starts its own workers within its time.
 
 Every batched mesh is checked against its one-at-a-time run (E within 1e-8 relative, iterations within 1). Reported:
@@ -350,7 +350,7 @@ def main(argv=None) -> int:
     if args.ray_workers:
         # Ray started once, apart: the runs below are what a batch costs on a running cluster (as with --address);
         # each run still starts its workers (Warp import, kernel loads) inside its time
-        from warp_meshad.app import start_ray
+        from warp_meshad._src.app.batch import start_ray
 
         t0 = time.perf_counter()
         try:

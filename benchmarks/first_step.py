@@ -58,6 +58,7 @@ def main(argv=None) -> dict:
     import warp as wp
 
     from warp_meshad import app as appmod
+    from warp_meshad._src.app.loader import parse_set
 
     wp.config.log_level = wp.LOG_WARNING  # as warp-meshad run: no module-load lines
     wp.init()
@@ -121,7 +122,7 @@ def main(argv=None) -> dict:
         return results[-1]
 
     NewtonSolver.solve = kept
-    overrides = {"screenshot": False, "device": args.device, **appmod.parse_set(args.set)}
+    overrides = {"screenshot": False, "device": args.device, **parse_set(args.set)}
     config = appmod.load_config(args.scene, overrides=overrides)
     t_import = time.perf_counter() - t0
     t0 = time.perf_counter()

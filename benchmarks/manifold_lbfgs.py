@@ -711,13 +711,13 @@ def main(argv=None) -> list[dict]:
 
     import warp as wp
 
-    from warp_meshad import app as appmod
+    from warp_meshad._src.app.loader import parse_set
 
     wp.config.log_level = wp.LOG_WARNING
     wp.init()
     device = args.device or ("cuda:0" if wp.get_cuda_device_count() else "cpu")
     guard_cpu_out(wp.get_device(device).is_cuda)
-    overrides = appmod.parse_set(args.set)
+    overrides = parse_set(args.set)
     machine = machine_info(device, with_jax=any(m != "warp_meshad" for m in methods))
     print(f"{NAME}: Warp device {device} ({machine['device_name']}), jax devices {machine['jax_devices']}, "
           f"{args.runs} timed runs")

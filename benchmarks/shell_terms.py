@@ -67,7 +67,8 @@ def main(argv=None):
     ap.add_argument("--noise", type=float, default=0.0,
                     help="move every vertex by a uniform random vector of up to this length [m] first (a deformed state)")
     args = ap.parse_args(argv)
-    from warp_meshad.app import app_class, load_config, parse_set
+    from warp_meshad._src.app.loader import parse_set
+    from warp_meshad.app import app_class, load_config
 
     flags = {"--device": {"device": args.device}} if args.device else {}
     config = load_config(args.config, parse_set(args.set), flags=flags)

@@ -47,7 +47,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     # Warp prints each module load, "(compiled)" or "(cached)", so a compile inside a step shows in the log
     wp.config.log_level = wp.LOG_INFO
-    from warp_meshad.app import app_class, load_config, parse_set
+    from warp_meshad._src.app.loader import parse_set
+    from warp_meshad.app import app_class, load_config
 
     flags = {"--steps": {"steps": args.steps}}
     if args.device:

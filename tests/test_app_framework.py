@@ -13,10 +13,12 @@ import pytest
 
 from warp_meshad.__main__ import main  # noqa: E402
 from warp_meshad import app as appmod  # noqa: E402
+from warp_meshad._src.app.base import resolve_device  # noqa: E402
+from warp_meshad._src.app.loader import parse_set  # noqa: E402
 from warp_meshad._src.app.outputs import json_safe  # noqa: E402
 from warp_meshad._src.app.progress import Progress  # noqa: E402
 from warp_meshad._src.mesh.files import atomic_write  # noqa: E402
-from warp_meshad.app import ConfigError, load_config, parse_set  # noqa: E402
+from warp_meshad.app import ConfigError, load_config  # noqa: E402
 from warp_meshad.app import run as run_app  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -151,12 +153,12 @@ def test_resolve_device_default_and_missing_cuda(monkeypatch):
     import warp as wp
 
     monkeypatch.setattr(wp, "get_cuda_device_count", lambda: 0)
-    assert appmod.resolve_device(None) == ("cpu", "no CUDA device found (default)")
+    assert resolve_device(None) == ("cpu", "no CUDA device found (default)")
     with pytest.raises(ConfigError, match=r"x.yaml: key 'device': 'cuda:1' requested"):
-        appmod.resolve_device("cuda:1", "x.yaml")
+        resolve_device("cuda:1", "x.yaml")
     monkeypatch.setattr(wp, "get_cuda_device_count", lambda: 2)
-    assert appmod.resolve_device(None)[0] == "cuda:0"
-    assert appmod.resolve_device("cuda:1")[0] == "cuda:1"
+    assert resolve_device(None)[0] == "cuda:0"
+    assert resolve_device("cuda:1")[0] == "cuda:1"
 
 
 def test_atomic_write_keeps_old_file_on_failure(tmp_path):

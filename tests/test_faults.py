@@ -37,7 +37,7 @@ from warp_meshad.__main__ import main  # noqa: E402
 from warp_meshad._src.app import folder_lock  # noqa: E402
 from warp_meshad._src.app.base import step_problem  # noqa: E402
 from warp_meshad._src.app.history import StepHistory  # noqa: E402
-from warp_meshad._src.app.loader import MAX_EXPANDED_VALUES  # noqa: E402
+from warp_meshad._src.app.loader import MAX_EXPANDED_VALUES, parse_set  # noqa: E402
 from warp_meshad._src.app.output_set import OutputSet, OutputWriteError, verify_outputs  # noqa: E402
 from warp_meshad._src.app.runner import _StepClock  # noqa: E402
 from warp_meshad._src.mesh.checks import MeshError, check_nondegenerate  # noqa: E402
@@ -637,7 +637,7 @@ def test_recursive_and_set_aliases_are_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"^--set: key 'steps': value '\[&x \[1, 2, .{50,}\.\.\..{50,}\*x\]' "
                                           r"refused unread: its aliases \(\*name\) expand it to more than 100,000 "
                                           r"values") as info:
-        appmod.parse_set([f"steps={bomb}"])
+        parse_set([f"steps={bomb}"])
     assert len(str(info.value)) < 400
     nested = tmp_path / "anchors.yaml"  # aliases below the bound read as before
     nested.write_text("app: smoothing\ngrid: &g {nx: 5, ny: 6}\ntest: {grid: *g}\n")

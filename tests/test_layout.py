@@ -28,6 +28,10 @@ BENCHMARK_PRIVATE = {
     "warp_meshad._src.solve": {"linear"},
     # first_order_loop: the size up to which the two-loop recursion runs in one block (both forms timed)
     "warp_meshad._src.solve.first_order_loop": {"FirstOrderLoopRunner"},
+    # the command line's plumbing: first_step, manifold_lbfgs, shell_terms, shells_pile take --set as the CLI does;
+    # batch_param starts Ray apart to time it
+    "warp_meshad._src.app.loader": {"parse_set"},
+    "warp_meshad._src.app.batch": {"start_ray"},
 }
 HEAVY = ("polyscope", "yaml", "cupy", "torch", "nvmath", "pydantic", "tqdm", "matplotlib", "ray")
 

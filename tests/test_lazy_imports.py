@@ -94,6 +94,25 @@ def test_every_public_name_comes_from_its_module():
     assert set(warp_meshad.__all__) <= set(ns)
 
 
+# what the command line alone uses (python -m warp_meshad imports it from its private modules)
+CLI_PLUMBING = {"parse_set": "warp_meshad._src.app.loader", "start_ray": "warp_meshad._src.app.batch",
+                "DEFAULT_CONFIG": "warp_meshad._src.app.registry", "configs_root": "warp_meshad._src.app.registry",
+                "check_output_folder": "warp_meshad._src.app.outputs", "resolve_device": "warp_meshad._src.app.base"}
+
+
+def test_the_app_module_exports_what_an_app_author_needs_and_no_cli_plumbing():
+    app = importlib.import_module("warp_meshad.app")
+    assert sorted(app.__all__) == sorted(app._HOMES) == app.__all__  # one sorted list, each name with its home
+    assert {"App", "AppConfig", "ConfigError", "load_config", "run", "run_batch", "verify_outputs"} <= set(app.__all__)
+    for name, (module, attr) in app._HOMES.items():
+        assert getattr(app, name) is getattr(importlib.import_module(module), attr), name
+    assert not set(CLI_PLUMBING) & set(app.__all__), sorted(set(CLI_PLUMBING) & set(app.__all__))
+    for name, module in CLI_PLUMBING.items():
+        assert hasattr(importlib.import_module(module), name), name  # still where the CLI imports it
+        with pytest.raises(AttributeError, match=f"has no attribute '{name}'"):
+            getattr(app, name)
+
+
 _ENERGIES = """
 import json, sys
 def files():

@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _list(out) -> int:
-    from warp_meshad.app import DEFAULT_CONFIG, available_apps, available_configs, configs_root
+    from warp_meshad._src.app.registry import DEFAULT_CONFIG, configs_root
+    from warp_meshad.app import available_apps, available_configs
 
     apps = available_apps()
     configs = available_configs()
@@ -125,7 +126,8 @@ def _list(out) -> int:
 
 
 def _config(args):
-    from warp_meshad.app import load_config, parse_set
+    from warp_meshad._src.app.loader import parse_set
+    from warp_meshad.app import load_config
 
     flags = {}
     if args.device is not None:
@@ -153,7 +155,8 @@ def _run(args, phases) -> int:
 
 
 def _batch(args) -> int:
-    from warp_meshad.app import load_config, parse_set, run_batch
+    from warp_meshad._src.app.loader import parse_set
+    from warp_meshad.app import load_config, run_batch
 
     flags = {"--device": {"device": args.device}} if args.device is not None else {}
     config = load_config(args.config, overrides=parse_set(args.overrides), test=args.test, flags=flags)

@@ -19,6 +19,10 @@ holds its output folder's lock (a second writer gets :class:`FolderBusy`), ends 
 :class:`Interrupted` (what was finished and how to resume) and on a failed write with :class:`OutputWriteError`; an
 app's :class:`StepHistory` stays bounded over long runs.
 
+This module holds what an app author uses: the base classes and configs, the runner and the batch, the registry,
+the outputs and the errors. The command line's own plumbing (``--set`` parsing, the default scene, starting Ray apart)
+stays in its private modules, where ``python -m warp_meshad`` imports it.
+
 Importing this module imports nothing else: each name comes from its module when first used (``load_config``
 imports pydantic and pyyaml, ``run`` the runner and tqdm; matplotlib and polyscope only when a plot or a screenshot is
 drawn in this process; ray only when a batch runs on it).
@@ -30,12 +34,10 @@ import importlib as _importlib
 _HOMES = {
     "App": ("warp_meshad._src.app.base", "App"),
     "BatchStepParts": ("warp_meshad._src.app.base", "BatchStepParts"),
-    "resolve_device": ("warp_meshad._src.app.base", "resolve_device"),
     "BatchReport": ("warp_meshad._src.app.batch", "BatchReport"),
     "SUMMARY_COLUMNS": ("warp_meshad._src.app.batch", "SUMMARY_COLUMNS"),
     "find_meshes": ("warp_meshad._src.app.batch", "find_meshes"),
     "run_batch": ("warp_meshad._src.app.batch", "run_batch"),
-    "start_ray": ("warp_meshad._src.app.batch", "start_ray"),
     "AppConfig": ("warp_meshad._src.app.config", "AppConfig"),
     "ConfigError": ("warp_meshad._src.app.config", "ConfigError"),
     "ConfigModel": ("warp_meshad._src.app.config", "ConfigModel"),
@@ -44,17 +46,13 @@ _HOMES = {
     "StepHistory": ("warp_meshad._src.app.history", "StepHistory"),
     "Interrupted": ("warp_meshad._src.app.interrupts", "Interrupted"),
     "load_config": ("warp_meshad._src.app.loader", "load_config"),
-    "parse_set": ("warp_meshad._src.app.loader", "parse_set"),
     "OutputWriteError": ("warp_meshad._src.app.output_set", "OutputWriteError"),
     "verify_outputs": ("warp_meshad._src.app.output_set", "verify_outputs"),
-    "check_output_folder": ("warp_meshad._src.app.outputs", "check_output_folder"),
     "output_folder": ("warp_meshad._src.app.outputs", "output_folder"),
     "Prefetch": ("warp_meshad._src.app.prefetch", "Prefetch"),
-    "DEFAULT_CONFIG": ("warp_meshad._src.app.registry", "DEFAULT_CONFIG"),
     "app_class": ("warp_meshad._src.app.registry", "app_class"),
     "available_apps": ("warp_meshad._src.app.registry", "available_apps"),
     "available_configs": ("warp_meshad._src.app.registry", "available_configs"),
-    "configs_root": ("warp_meshad._src.app.registry", "configs_root"),
     "RunReport": ("warp_meshad._src.app.runner", "RunReport"),
     "WarmupReport": ("warp_meshad._src.app.runner", "WarmupReport"),
     "run": ("warp_meshad._src.app.runner", "run_app"),
@@ -63,7 +61,35 @@ _HOMES = {
     "ViewerError": ("warp_meshad._src.app.viewer", "ViewerError"),
 }
 
-__all__ = sorted(_HOMES)
+__all__ = [
+    "App",
+    "AppConfig",
+    "BatchReport",
+    "BatchStepParts",
+    "ConfigError",
+    "ConfigModel",
+    "FolderBusy",
+    "GridConfig",
+    "Interrupted",
+    "OutputWriteError",
+    "Prefetch",
+    "RunReport",
+    "SUMMARY_COLUMNS",
+    "StepHistory",
+    "ViewerError",
+    "WarmupReport",
+    "app_class",
+    "available_apps",
+    "available_configs",
+    "find_meshes",
+    "load_config",
+    "output_folder",
+    "run",
+    "run_batch",
+    "step_batched",
+    "verify_outputs",
+    "warmup",
+]
 
 
 def __getattr__(name: str):
