@@ -24,8 +24,7 @@ import warp_meshad as wm
 from warp_meshad.app import App as _AppBase
 from warp_meshad.app import AppConfig, ConfigError, ConfigModel
 from warp_meshad.dynamics import add_inertia_gravity, predict_positions, update_velocities
-from warp_meshad.kernels.energies import MassSpringData, mass_spring
-from warp_meshad.kernels.energies.sphere_barrier import SphereBarrierData, sphere_barrier
+from warp_meshad.kernels.energies import MassSpringData, SphereBarrierData, mass_spring, sphere_barrier
 
 __all__ = ["App", "ClothConfig", "SphereConfig"]
 

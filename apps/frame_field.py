@@ -37,11 +37,13 @@ import warp as wp
 import warp_meshad as wm
 from warp_meshad.app import App as _AppBase
 from warp_meshad.app import AppConfig, ConfigError
-from warp_meshad.kernels.energies.polycurl import PolyCurlData, polycurl, polyvector_smoothness
-from warp_meshad.kernels.energies.polyvector_barrier import (
+from warp_meshad.kernels.energies import (
+    PolyCurlData,
     PolyVectorFaceData,
+    polycurl,
     polyvector_barrier,
     polyvector_closeness,
+    polyvector_smoothness,
 )
 
 __all__ = ["App", "FrameFieldConfig", "face_frames", "polycurl_per_edge", "smoothest_cross_field"]

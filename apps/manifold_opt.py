@@ -31,7 +31,7 @@ import warp as wp
 import warp_meshad as wm
 from warp_meshad.app import App as _AppBase
 from warp_meshad.app import AppConfig, ConfigError
-from warp_meshad.kernels.energies.sphere_embedding import SphereEmbeddingData, sphere_embedding, sphere_retract
+from warp_meshad.kernels.energies import SphereEmbeddingData, sphere_embedding, sphere_retract
 
 __all__ = ["App", "ManifoldOptConfig", "face_volumes", "initial_sphere_embedding"]
 

@@ -17,8 +17,7 @@ from warp_meshad import app as appmod
 from warp_meshad._src.solve.linear import CGSolver
 from warp_meshad.app import load_config
 from warp_meshad.app import run as run_app
-from warp_meshad.kernels.energies.backward_euler import InertiaGravityData, inertia_gravity
-from warp_meshad.kernels.energies.sphere_barrier import SphereBarrierData, sphere_barrier
+from warp_meshad.kernels.energies import InertiaGravityData, SphereBarrierData, inertia_gravity, sphere_barrier
 from warp_meshad.apps.cloth import ClothConfig
 
 

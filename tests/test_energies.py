@@ -16,16 +16,18 @@ from warp_meshad._src.mesh.tutte import tutte_embedding
 from warp_meshad.kernels import ad
 from warp_meshad.kernels.energies import (
     DirichletData,
+    InertiaGravityData,
     MassSpringData,
+    SphereBarrierData,
     SymmetricDirichletData,
     dirichlet,
+    inertia_gravity,
     mass_spring,
+    sphere_barrier,
     surface_area,
     symmetric_dirichlet,
     weighted_dirichlet,
 )
-from warp_meshad.kernels.energies.backward_euler import InertiaGravityData, inertia_gravity
-from warp_meshad.kernels.energies.sphere_barrier import SphereBarrierData, sphere_barrier
 
 MESHES = pathlib.Path(__file__).resolve().parents[1] / "assets" / "meshes"
 DEVICE = os.environ.get("WARP_MESHAD_TEST_DEVICE", "cpu")

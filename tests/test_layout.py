@@ -1,6 +1,7 @@
 """The layout's promises: apps and examples use only public modules, benchmarks and tools/ only listed private names,
 importing warp_meshad stays light, no module import cycle exists (every module imports first in a fresh process, in
-sorted and in reversed order), and no private member of a solver class is used outside its module."""
+sorted and in reversed order), no private member of a solver class is used outside its module, and every built-in
+energy is imported from its package, never through its file."""
 
 import ast
 import json
@@ -71,6 +72,38 @@ def test_benchmarks_import_only_listed_private_names():
             if name not in BENCHMARK_PRIVATE.get(module, ()):
                 bad.append(f"{p.relative_to(ROOT)}: {module} {name}".rstrip())
     assert bad == [], "private names outside BENCHMARK_PRIVATE (use a public one, or list it with its reason)"
+
+
+def _energy_file_imports(path: pathlib.Path) -> list[str]:
+    """Each import in ``path`` of a built-in energy through its file (``warp_meshad.kernels.energies.<file>``)."""
+    prefix = "warp_meshad.kernels.energies."
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(prefix):
+            out.append((node.lineno, f"from {node.module} import ..."))
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, f"import {a.name}") for a in node.names if a.name.startswith(prefix)]
+    return [f"{line}: {text}" for line, text in sorted(out)]
+
+
+def test_energies_are_imported_from_their_package_only():
+    """One import path per energy: ``from warp_meshad.kernels.energies import name``, never through the file that
+    defines it."""
+    found = {}
+    for folder in ("warp_meshad", "kernels", "apps", "tests", "benchmarks", "examples", "tools", "docs"):
+        for p in sorted((ROOT / folder).rglob("*.py")):
+            if "__pycache__" not in p.parts and (bad := _energy_file_imports(p)):
+                found[str(p.relative_to(ROOT))] = bad
+    assert found == {}, "import these names from warp_meshad.kernels.energies"
+
+
+def test_energy_file_import_finder_sees_both_forms(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("from warp_meshad.kernels.energies import mass_spring\nimport warp_meshad.kernels.energies\n"
+                 "def f():\n    from warp_meshad.kernels.energies.arap import arap\n"
+                 "import warp_meshad.kernels.energies.dirichlet as d\n")
+    assert _energy_file_imports(p) == ["4: from warp_meshad.kernels.energies.arap import ...",
+                                       "5: import warp_meshad.kernels.energies.dirichlet"]
 
 
 def _run(code: str) -> str:

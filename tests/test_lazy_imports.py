@@ -143,3 +143,9 @@ def test_the_energies_package_imports_an_energy_when_it_is_used():
     for name in energies.__all__:  # every listed name is its file's object
         assert getattr(energies, name) is getattr(importlib.import_module(
             f"warp_meshad.kernels.energies.{energies._HOMES[name]}"), name), name
+    assert energies.__all__ == sorted(energies._HOMES)  # one sorted list, each name with its file
+    defined = {}  # every public name of every file: each is in the package's list, with its file as home
+    for path in sorted((ROOT / "kernels" / "energies").glob("[!_]*.py")):
+        for name in importlib.import_module(f"warp_meshad.kernels.energies.{path.stem}").__all__:
+            defined[name] = path.stem
+    assert defined == energies._HOMES

@@ -2,7 +2,7 @@
 update.
 
 An app that takes a step of size h adds the term once with :func:`add_inertia_gravity` (the formula is in
-:func:`warp_meshad.kernels.energies.backward_euler.inertia_gravity`), then per step predicts x~ = x^n + h v^n with
+:func:`warp_meshad.kernels.energies.inertia_gravity`), then per step predicts x~ = x^n + h v^n with
 :func:`predict_positions`, minimizes, and sets v^{n+1} = (x^{n+1} - x^n) / h with :func:`update_velocities`.
 """
 

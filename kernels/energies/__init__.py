@@ -25,8 +25,10 @@ corner form with the same data: :func:`stable_neo_hookean_F`, :func:`arap_tet_F`
 2019): ``add_deformation_term(..., projection=stable_neo_hookean_F_hessian_proj)`` replaces the 9 x 9 Jacobi
 projection with it.
 
-Importing this package imports none of the energies: each name comes from its file when first used (an app pays for
-its own energies only).
+Every name of ``__all__`` is imported from this package, its one import path
+(``from warp_meshad.kernels.energies import mass_spring``); the files are where the names are defined. Importing the
+package imports none of the energies: each name comes from its file when first used (an app pays for its own
+energies only).
 """
 
 import importlib as _importlib
@@ -41,6 +43,8 @@ _HOMES = {
     "ArapTetData": "arap_tet",
     "arap_tet": "arap_tet",
     "arap_tet_F": "arap_tet",
+    "InertiaGravityData": "backward_euler",
+    "inertia_gravity": "backward_euler",
     "DirichletData": "dirichlet",
     "dirichlet": "dirichlet",
     "weighted_dirichlet": "dirichlet",
@@ -65,6 +69,8 @@ _HOMES = {
     "PolyVectorFaceData": "polyvector_barrier",
     "polyvector_barrier": "polyvector_barrier",
     "polyvector_closeness": "polyvector_barrier",
+    "SphereBarrierData": "sphere_barrier",
+    "sphere_barrier": "sphere_barrier",
     "SphereEmbeddingData": "sphere_embedding",
     "sphere_embedding": "sphere_embedding",
     "sphere_retract": "sphere_embedding",
@@ -79,7 +85,53 @@ _HOMES = {
     "symmetric_dirichlet_F": "symmetric_dirichlet",
 }
 
-__all__ = sorted(_HOMES)
+__all__ = [
+    "ArapData",
+    "ArapTetData",
+    "BarrierData",
+    "DirichletData",
+    "DiscreteShellsBendingData",
+    "EdgeEdgeBarrierData",
+    "GroundPlaneData",
+    "InertiaGravityData",
+    "MassSpringData",
+    "NeoHookeanMembraneData",
+    "PolyCurlData",
+    "PolyVectorFaceData",
+    "SphereBarrierData",
+    "SphereEmbeddingData",
+    "StableNeoHookeanData",
+    "SymmetricDirichletData",
+    "arap",
+    "arap_tet",
+    "arap_tet_F",
+    "dirichlet",
+    "discrete_shells_bending",
+    "discrete_shells_rest_state",
+    "edge_edge_barrier",
+    "ground_plane_barrier",
+    "inertia_gravity",
+    "ipc_barrier",
+    "mass_spring",
+    "neo_hookean_membrane",
+    "neo_hookean_membrane_F",
+    "point_triangle_barrier",
+    "polycurl",
+    "polyvector_barrier",
+    "polyvector_closeness",
+    "polyvector_smoothness",
+    "sphere_barrier",
+    "sphere_embedding",
+    "sphere_retract",
+    "stable_neo_hookean",
+    "stable_neo_hookean_F",
+    "stable_neo_hookean_F_hessian_proj",
+    "stable_neo_hookean_lame",
+    "surface_area",
+    "symmetric_dirichlet",
+    "symmetric_dirichlet_F",
+    "weighted_dirichlet",
+]
 
 
 def __getattr__(name: str):

@@ -1,7 +1,7 @@
 """Backward Euler time steps written as minimizations: the inertia-and-gravity term and the updates around each solve.
 
 An app that takes a step of size h (cloth, shells, elastic) adds the term once with :func:`add_inertia_gravity`
-(:func:`~warp_meshad.kernels.energies.backward_euler.inertia_gravity`, whose docstring gives the formula), then per
+(:func:`~warp_meshad.kernels.energies.inertia_gravity`, whose docstring gives the formula), then per
 step predicts x~ = x^n + h v^n into the term's target with :func:`predict_positions`, minimizes, and sets
 v^{n+1} = (x^{n+1} - x^n) / h with :func:`update_velocities`. Positions and velocities are wp.arrays of vec3d or
 vec3f (float64 or float32 problems); the kernels are generic over the two.
@@ -13,7 +13,7 @@ from typing import Any
 
 import warp as wp
 
-from warp_meshad.kernels.energies.backward_euler import InertiaGravityData, inertia_gravity
+from warp_meshad.kernels.energies import InertiaGravityData, inertia_gravity
 
 __all__ = ["add_inertia_gravity", "predict_positions", "update_velocities"]
 
@@ -51,7 +51,7 @@ def add_inertia_gravity(problem, elements, x: wp.array, masses, gravity, time_st
         name: the term's name.
 
     Returns:
-        The term's :class:`~warp_meshad.kernels.energies.backward_euler.InertiaGravityData` of x's scalar type: its
+        The term's :class:`~warp_meshad.kernels.energies.InertiaGravityData` of x's scalar type: its
         ``target`` is what :func:`predict_positions` writes.
     """
     f64 = _scalar(x) == wp.float64
